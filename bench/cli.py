@@ -1,0 +1,202 @@
+"""The `nngk-bench` command line."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from bench import store
+from bench.backbones import BACKBONES
+from bench.config import make_configs
+from bench.data import check_dataset
+
+DEFAULT_RESULTS = Path("results")
+
+
+def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
+    """'64,512,1024' -> (64, 512, 1024); a one-line error for anything else."""
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 0 for v in values) or (what == "--dims" and 0 in values):
+        raise click.ClickException(
+            f"bad {what} {text!r}; expected comma-separated positive integers, e.g. 64,512,1024"
+        )
+    return values
+
+
+def loss_params_from(loss: str, miner, sigma, k, update_interval, margin) -> dict:
+    """The loss parameters given on the command line, checked against what the loss takes."""
+    from losses import get_loss_class, loss_defaults  # noqa: F401  (registers every loss)
+    from miners import miner_names
+
+    given = {
+        "miner": miner,
+        "sigma": sigma,
+        "k": k,
+        "update_interval": update_interval,
+        "margin": margin,
+    }
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = loss_defaults(loss)
+    for name in given:
+        if name not in defaults:
+            option = "--" + name.replace("_", "-")
+            takes = ", ".join(defaults) or "no parameters"
+            raise click.ClickException(f"loss {loss!r} does not take {option}; it takes: {takes}")
+    if "miner" in given and given["miner"] not in miner_names():
+        raise click.ClickException(
+            f"unknown miner {given['miner']!r}; expected one of: {', '.join(miner_names())}"
+        )
+    return given
+
+
+def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
+    from losses import loss_names
+
+    if loss not in loss_names():
+        raise click.ClickException(
+            f"unknown loss {loss!r}; expected one of: {', '.join(loss_names())}"
+        )
+    try:
+        check_dataset(dataset)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    if backbone is not None and backbone not in BACKBONES:
+        raise click.ClickException(
+            f"unknown backbone {backbone!r}; expected one of: {', '.join(BACKBONES)}"
+        )
+
+
+@click.group()
+def main() -> None:
+    """nngk-bench: compare deep metric learning losses with one trainer and one evaluator."""
+
+
+@main.command()
+@click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
+@click.option("--dataset", default="digits", show_default=True)
+@click.option("--dims", default=None, help="Embedding sizes, e.g. 64,512,1024 (one run each).")
+@click.option("--miner", default=None, help="Triplet miner (see `losses`).")
+@click.option("--epochs", type=int, default=None)
+@click.option("--batch-size", type=int, default=None)
+@click.option("--lr", type=float, default=None)
+@click.option("--weight-decay", type=float, default=None)
+@click.option("--sigma", type=float, default=None, help="NNGK kernel width.")
+@click.option("--k", type=int, default=None, help="NNGK neighbours per example.")
+@click.option("--update-interval", type=int, default=None, help="NNGK epochs between refreshes.")
+@click.option("--margin", type=float, default=None, help="Triplet margin.")
+@click.option("--backbone", default=None, help=f"One of {', '.join(BACKBONES)}.")
+@click.option("--pretrained", default=None, help="imagenet, none, or a state-dict PATH.")
+@click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+def run(
+    loss,
+    dataset,
+    dims,
+    miner,
+    epochs,
+    batch_size,
+    lr,
+    weight_decay,
+    sigma,
+    k,
+    update_interval,
+    margin,
+    backbone,
+    pretrained,
+    seed,
+    results,
+    force,
+    device,
+):
+    """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
+    check_choices(loss, dataset, backbone)
+    dims_list = parse_ints(dims, "--dims")
+    seeds = parse_ints(seed, "--seed")
+    params = loss_params_from(loss, miner, sigma, k, update_interval, margin)
+    import torch
+
+    from bench.trainer import Trainer, run_baseline
+
+    dev = torch.device(device) if device else None
+    configs = [
+        c
+        for s in seeds
+        for c in make_configs(
+            dataset,
+            loss,
+            dims_list,
+            params,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=lr,
+            weight_decay=weight_decay,
+            backbone=backbone,
+            pretrained=pretrained,
+            seed=s,
+        )
+    ]
+    try:
+        run_baseline(dataset, results)
+        for cfg in configs:
+            run_dir = results / cfg.run_id()
+            if store.is_finished(run_dir) and not force:
+                click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
+                continue
+            if force and run_dir.exists():
+                shutil.rmtree(run_dir)
+            metrics = Trainer(cfg, run_dir, dev).fit()
+            summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+            click.echo(f"{run_dir}: {summary}")
+    except KeyboardInterrupt:
+        click.echo("interrupted; run the same command again to resume", err=True)
+        sys.exit(130)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+
+
+@main.command()
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
+def report(results, out):
+    """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
+    from bench.report import write_report
+
+    written, problems = write_report(results, out)
+    for line in problems:
+        click.echo(f"skipped {line}", err=True)
+    for path in written:
+        click.echo(str(path))
+
+
+@main.command(name="losses")
+def list_losses():
+    """List the losses and miners with their default parameters."""
+    from losses import get_loss_class, loss_defaults, loss_names
+    from miners import MINERS
+
+    for name in loss_names():
+        params = ", ".join(f"{k}={v}" for k, v in loss_defaults(name).items()) or "-"
+        doc = (get_loss_class(name).__doc__ or "").strip().splitlines()[0]
+        click.echo(f"{name:12s} {params}\n{'':12s} {doc}")
+    click.echo("\nminers (triplet --miner):")
+    for name, cls in sorted(MINERS.items()):
+        doc = (cls.__doc__ or "").strip().splitlines()[0]
+        click.echo(f"{name:14s} {doc}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The run store: one folder per run under results/, every file written atomically.
+
+A run is finished exactly when its metrics.json exists: it is written last, by rename, so a
+killed run never looks finished.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+METRICS = "metrics.json"
+CONFIG = "config.json"
+HISTORY = "history.csv"
+CHECKPOINT = "checkpoint.pt"
+EMBEDDINGS = "test_embeddings.npz"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (Path(run_dir) / METRICS).is_file()
+
+
+def read_metrics(run_dir: Path) -> dict:
+    """The final metrics of a finished run; ValueError if missing or unreadable."""
+    path = Path(run_dir) / METRICS
+    try:
+        metrics = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{run_dir}: unreadable {METRICS} ({err})") from err
+    if not isinstance(metrics, dict):
+        raise ValueError(f"{run_dir}: {METRICS} is not a JSON object")
+    return metrics
+
+
+def scan_runs(results: Path) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """(finished runs with their metrics, one problem line per unfinished or corrupt folder)."""
+    runs, problems = [], []
+    results = Path(results)
+    if not results.is_dir():
+        return runs, problems
+    for run_dir in sorted(p for p in results.iterdir() if p.is_dir()):
+        if not is_finished(run_dir):
+            problems.append(f"{run_dir.name}: unfinished (no {METRICS})")
+            continue
+        try:
+            runs.append((run_dir, read_metrics(run_dir)))
+        except ValueError as err:
+            problems.append(f"{run_dir.name}: {err}")
+    return runs, problems

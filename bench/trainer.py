@@ -1,0 +1,244 @@
+"""The shared trainer: one loop for every loss, driven only by what the loss declares."""
+
+from __future__ import annotations
+
+import copy
+import platform
+import random
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from pytorch_metric_learning.samplers import MPerClassSampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler
+from tqdm import tqdm
+
+from bench import store
+from bench.backbones import build_model
+from bench.config import RunConfig
+from bench.data import DataSplits, load_dataset
+from bench.evaluate import METRIC_KEYS, evaluate
+from losses import BenchLoss, build_loss, loss_defaults
+
+SELECT_BY = "map@r"  # validation metric that picks the checkpoint
+PACKAGES = ("torch", "torchvision", "pytorch-metric-learning", "faiss-cpu", "numpy", "nngk-bench")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def package_versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
+
+
+@torch.no_grad()
+def embed(
+    model: torch.nn.Module, dataset: Dataset, device: torch.device, normalize: bool = False
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Embeddings of a whole split in eval mode (no dropout), in the split's order."""
+    model.eval()
+    loader = DataLoader(dataset, batch_size=256, shuffle=False)
+    out = [model(x.to(device)).float().cpu() for x, _, _ in loader]
+    emb = torch.cat(out)
+    if normalize:
+        emb = F.normalize(emb, dim=1)
+    return emb, np.asarray(dataset.labels)
+
+
+def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
+    """The smallest m' >= m dividing the batch with m' * classes >= batch (MPerClassSampler)."""
+    for cand in range(max(m, -(-batch_size // num_classes)), batch_size + 1):
+        if batch_size % cand == 0:
+            return cand
+    return batch_size
+
+
+def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, epoch_seed: int) -> DataLoader:
+    """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
+    labels = np.asarray(data.train.labels)
+    if loss.class_balanced:
+        m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+        # A new sampler each epoch: MPerClassSampler shuffles its label list in place.
+        sampler = MPerClassSampler(labels, m, cfg.batch_size, length_before_new_iter=len(labels))
+    else:
+        gen = torch.Generator().manual_seed(epoch_seed)
+        sampler = RandomSampler(data.train, generator=gen)
+    return DataLoader(data.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+
+
+def checkpoint_state(model, loss, optimizer, epoch, best, history) -> dict:
+    return {
+        "model": model.state_dict(),
+        "loss": loss.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": epoch,
+        "best": best,
+        "history": history,
+    }
+
+
+class Trainer:
+    """Trains one configuration into its run folder, resuming from its last checkpoint."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, device: torch.device | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.device = device or default_device()
+        seed_everything(cfg.seed)
+        self.data = load_dataset(cfg.dataset, cfg.val_fraction)
+        self.model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels)
+        self.loss = build_loss(
+            cfg.loss,
+            cfg.loss_params,
+            num_train=len(self.data.train),
+            num_classes=self.data.num_train_classes,
+            dims=cfg.dims,
+        )
+        self.model.to(self.device)
+        self.loss.to(self.device)
+        params = list(self.model.parameters()) + [
+            p for p in self.loss.parameters() if p.requires_grad
+        ]
+        self.optimizer = torch.optim.SGD(
+            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+
+    def config_record(self) -> dict:
+        params = {**loss_defaults(self.cfg.loss), **self.cfg.loss_params}
+        return {
+            **self.cfg.to_dict(),
+            "run_id": self.run_dir.name,
+            "resolved_loss_params": params,
+            "versions": package_versions(),
+            "device": str(self.device),
+        }
+
+    def refresh(self) -> None:
+        emb, labels = embed(self.model, self.data.train_eval, self.device)
+        self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
+
+    def train_epoch(self, epoch: int) -> float:
+        loader = epoch_loader(self.cfg, self.loss, self.data, self.cfg.seed * 100_003 + epoch)
+        self.model.train()
+        total, count = 0.0, 0
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
+        for x, y, idx in bar:
+            x, y = x.to(self.device), y.to(self.device)
+            indices = idx.to(self.device) if self.loss.needs_indices else None
+            value = self.loss(self.model(x), y, indices)
+            self.optimizer.zero_grad(set_to_none=True)
+            value.backward()
+            self.optimizer.step()
+            total += float(value.detach())
+            count += 1
+        return total / max(count, 1)
+
+    def validate(self) -> dict:
+        emb, labels = embed(self.model, self.data.val, self.device, self.loss.normalize_embeddings)
+        return evaluate(emb.numpy(), labels, seed=self.cfg.seed)
+
+    def fit(self) -> dict:
+        """Train (or resume), select the checkpoint on validation, evaluate it on test."""
+        cfg = self.cfg
+        ckpt_path = self.run_dir / store.CHECKPOINT
+        start, best, history = 0, {"score": -1.0, "epoch": -1, "model": None}, []
+        if ckpt_path.is_file():
+            state = torch.load(ckpt_path, map_location=self.device, weights_only=False)
+            self.model.load_state_dict(state["model"])
+            self.loss.load_state_dict(state["loss"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            start, best, history = state["epoch"], state["best"], state["history"]
+        else:
+            store.atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+        bar = tqdm(
+            range(start, cfg.epochs), desc=self.run_dir.name, initial=start, total=cfg.epochs
+        )
+        for epoch in bar:
+            t0 = time.perf_counter()
+            seed_everything(cfg.seed * 100_003 + epoch)
+            interval = self.loss.refresh_interval
+            if interval and epoch % interval == 0:
+                self.refresh()
+            train_loss = self.train_epoch(epoch)
+            val = self.validate()
+            if val[SELECT_BY] > best["score"]:
+                best = {
+                    "score": val[SELECT_BY],
+                    "epoch": epoch + 1,
+                    "model": copy.deepcopy(self.model.state_dict()),
+                }
+            row = {"epoch": epoch + 1, "train_loss": train_loss}
+            row.update({f"val_{k}": val[k] for k in METRIC_KEYS})
+            row.update(self.loss.epoch_stats())
+            row["seconds"] = time.perf_counter() - t0
+            history.append(row)
+            bar.set_postfix(loss=f"{train_loss:.3f}", val_map_r=f"{val[SELECT_BY]:.3f}")
+            state = checkpoint_state(
+                self.model, self.loss, self.optimizer, epoch + 1, best, history
+            )
+            store.atomic_torch_save(ckpt_path, state)
+            store.atomic_write_text(
+                self.run_dir / store.HISTORY, pd.DataFrame(history).to_csv(index=False)
+            )
+        return self.finish(best)
+
+    def finish(self, best: dict) -> dict:
+        if best["model"] is not None:
+            self.model.load_state_dict(best["model"])
+        emb, labels = embed(self.model, self.data.test, self.device, self.loss.normalize_embeddings)
+        metrics = evaluate(emb.numpy(), labels, seed=self.cfg.seed)
+        store.atomic_save_npz(
+            self.run_dir / store.EMBEDDINGS, embeddings=emb.numpy(), labels=labels
+        )
+        metrics.update(run_summary(self.cfg, best_epoch=best["epoch"]))
+        store.atomic_write_json(self.run_dir / store.METRICS, metrics)
+        return metrics
+
+
+def run_summary(cfg: RunConfig, **extra) -> dict:
+    return {
+        "dataset": cfg.dataset,
+        "loss": cfg.loss,
+        "miner": cfg.loss_params.get("miner"),
+        "dims": cfg.dims,
+        "seed": cfg.seed,
+        "epochs": cfg.epochs,
+        **extra,
+    }
+
+
+def run_baseline(dataset: str, results: Path, seed: int = 0) -> Path:
+    """The untrained baseline of a data set: its raw test inputs, evaluated like any run."""
+    data = load_dataset(dataset)
+    features = data.test.inputs()
+    cfg = RunConfig(dataset=dataset, loss="untrained", dims=features.shape[1], seed=seed, epochs=0)
+    run_dir = Path(results) / cfg.run_id()
+    if store.is_finished(run_dir):
+        return run_dir
+    labels = np.asarray(data.test.labels)
+    store.atomic_write_json(
+        run_dir / store.CONFIG,
+        {**cfg.to_dict(), "features": "raw inputs", "versions": package_versions()},
+    )
+    metrics = evaluate(features, labels, seed=seed)
+    store.atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=features, labels=labels)
+    metrics.update(run_summary(cfg, features="raw inputs"))
+    store.atomic_write_json(run_dir / store.METRICS, metrics)
+    return run_dir

@@ -1,0 +1,7 @@
+"""The harness's losses, one file each, registered by name."""
+
+from losses import contrastive, lifted, nca, nngk, npair, softmax, triplet  # noqa: F401
+from losses.base import BenchLoss
+from losses.registry import LOSSES, build_loss, get_loss_class, loss_defaults, loss_names
+
+__all__ = ["LOSSES", "BenchLoss", "build_loss", "get_loss_class", "loss_defaults", "loss_names"]

@@ -1,0 +1,52 @@
+"""What every loss declares to the shared trainer."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+
+class BenchLoss(nn.Module):
+    """Base class of the harness's losses.
+
+    The trainer reads only these declarations; it has no per-loss branches:
+    - `class_balanced`: batches come from PML's MPerClassSampler;
+    - `needs_indices`: `forward` receives the dataset indices of the batch;
+    - `normalize_embeddings`: the loss works on the unit sphere, so the evaluated embedding is
+      L2-normalised too;
+    - `refresh_interval`: when not None, `refresh` is called with the embeddings of the whole
+      training set (eval mode) before training and every `refresh_interval` epochs;
+    - parameters of the module (weights, a classifier) are optimised with the network.
+    """
+
+    class_balanced: ClassVar[bool] = False
+    needs_indices: ClassVar[bool] = False
+    normalize_embeddings: ClassVar[bool] = False
+    refresh_interval: int | None = None
+
+    def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
+        """Update state that depends on the embeddings of the whole training set."""
+
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        raise NotImplementedError
+
+    def epoch_stats(self) -> dict[str, float]:
+        """Extra per-epoch values to record in the run's history."""
+        return {}
+
+
+class PMLLoss(BenchLoss):
+    """A pytorch-metric-learning loss (and optional miner) behind the harness's interface."""
+
+    def __init__(self, loss: nn.Module, miner: nn.Module | None = None):
+        super().__init__()
+        self.loss = loss
+        self.miner = miner
+
+    def forward(self, embeddings, labels, indices=None):
+        tuples = self.miner(embeddings, labels) if self.miner is not None else None
+        return self.loss(embeddings, labels, tuples)

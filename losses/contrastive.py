@@ -1,0 +1,15 @@
+from pytorch_metric_learning.losses import ContrastiveLoss as PMLContrastiveLoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("contrastive")
+class ContrastiveLoss(PMLLoss):
+    """Hadsell et al. 2006 on L2-normalised embeddings (PML's ContrastiveLoss, all batch pairs)."""
+
+    class_balanced = True
+    normalize_embeddings = True
+
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 0.5):
+        super().__init__(PMLContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin))

@@ -1,0 +1,15 @@
+from pytorch_metric_learning.losses import NCALoss as PMLNCALoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("nca")
+class NCALoss(PMLLoss):
+    """Goldberger et al. 2005 within the batch: softmax over -scale * squared distances of
+    L2-normalised embeddings (PML's NCALoss)."""
+
+    normalize_embeddings = True
+
+    def __init__(self, softmax_scale: float = 1.0):
+        super().__init__(PMLNCALoss(softmax_scale=softmax_scale))

@@ -1,0 +1,134 @@
+"""Nearest-neighbour Gaussian kernel loss and classifier (Meyer, Harwood, Drummond, ICIP 2018).
+
+Every training example's embedding is a Gaussian kernel centre, kept in a bank that is
+recomputed (network in eval mode) before training and every `update_interval` epochs. Each
+training example keeps a list of its k nearest centres (its own excluded), found with faiss at
+each refresh. The loss of x with label R is Eq. 3's negative log-probability
+
+    -ln( sum_{i in N, y_i = R} w_i f(x, c_i) / sum_{j in N} w_j f(x, c_j) ),
+    f(x, c) = exp(-||x - c||^2 / (2 sigma^2)),
+
+computed with logsumexp over log w_i - ||x - c_i||^2 / (2 sigma^2), so it never overflows or
+underflows. Gradients reach x and the weights (w = exp(log_w) > 0), never the stored centres.
+
+When none of an example's k neighbours has its label (its class lies far away, or k is small),
+the numerator would be empty and the loss infinite. Then the farthest neighbour of its list is
+replaced by its nearest centre of its own class, so the loss stays finite and pulls x toward its
+class. An example whose class has no other training example has no such centre and contributes
+no loss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from bench.evaluate import knn, search
+from losses.base import BenchLoss
+from losses.registry import register_loss
+
+
+def kernel_logits(
+    x: torch.Tensor, centres: torch.Tensor, log_weights: torch.Tensor, sigma: float
+) -> torch.Tensor:
+    """log(w_i f(x, c_i)) for x (B, d) against its own centres (B, k, d) and log-weights (B, k)."""
+    d2 = (x.unsqueeze(1) - centres).pow(2).sum(-1)
+    return log_weights - d2 / (2.0 * sigma**2)
+
+
+def nearest_same_class(centres: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor):
+    """For each row index, its nearest other centre of the same label (-1 if there is none)."""
+    out = torch.full((len(rows),), -1, dtype=torch.long)
+    for cls in labels[rows].unique():
+        members = torch.nonzero(labels == cls).squeeze(1)
+        sel = rows[labels[rows] == cls]
+        d = torch.cdist(centres[sel], centres[members])
+        d[sel.unsqueeze(1) == members.unsqueeze(0)] = float("inf")
+        best = d.argmin(dim=1)
+        found = torch.isfinite(d.gather(1, best.unsqueeze(1)).squeeze(1))
+        pos = torch.nonzero(labels[rows] == cls).squeeze(1)
+        out[pos] = torch.where(found, members[best], torch.full_like(best, -1))
+    return out
+
+
+@register_loss("nngk")
+class NNGKLoss(BenchLoss):
+    """NNGK loss over a bank of training-set centres with learned per-centre weights."""
+
+    needs_indices = True
+
+    def __init__(
+        self,
+        num_train: int,
+        dims: int,
+        sigma: float = 10.0,
+        k: int = 100,
+        update_interval: int = 10,
+        learn_weights: bool = True,
+    ):
+        super().__init__()
+        if num_train < 2:
+            raise ValueError("NNGK needs at least 2 training examples")
+        self.sigma = float(sigma)
+        self.k = min(int(k), num_train - 1)
+        self.refresh_interval = int(update_interval)
+        self.log_weights = nn.Parameter(torch.zeros(num_train), requires_grad=learn_weights)
+        self.register_buffer("centres", torch.zeros(num_train, dims))
+        self.register_buffer("centre_labels", torch.zeros(num_train, dtype=torch.long))
+        self.register_buffer("neighbours", torch.zeros(num_train, self.k, dtype=torch.long))
+        self.register_buffer("refreshed", torch.tensor(False))
+
+    @torch.no_grad()
+    def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
+        """Store the current training embeddings as centres and recompute neighbour lists."""
+        emb = embeddings.detach().float().cpu()
+        labels = labels.detach().long().cpu()
+        _, idx = knn(emb.numpy(), self.k)
+        nbr = torch.from_numpy(idx.astype(np.int64))
+        lacking = torch.nonzero(~(labels[nbr] == labels.unsqueeze(1)).any(dim=1)).squeeze(1)
+        if len(lacking):
+            nearest = nearest_same_class(emb, labels, lacking)
+            has = nearest >= 0
+            nbr[lacking[has], -1] = nearest[has]
+        self.centres.copy_(emb)
+        self.centre_labels.copy_(labels)
+        self.neighbours.copy_(nbr)
+        self.refreshed.fill_(True)
+
+    def forward(self, embeddings, labels, indices=None):
+        if indices is None or not bool(self.refreshed):
+            raise RuntimeError("NNGKLoss needs dataset indices and a refresh() before training")
+        indices = indices.to(self.neighbours.device)
+        nbr = self.neighbours[indices]
+        logits = kernel_logits(
+            embeddings, self.centres[nbr].to(embeddings), self.log_weights[nbr], self.sigma
+        )
+        same = self.centre_labels[nbr] == labels.to(nbr.device).unsqueeze(1)
+        numerator = torch.logsumexp(logits.masked_fill(~same, float("-inf")), dim=1)
+        denominator = torch.logsumexp(logits, dim=1)
+        valid = same.any(dim=1)
+        if not bool(valid.any()):
+            return embeddings.sum() * 0.0
+        return (denominator - numerator)[valid].mean()
+
+
+@torch.no_grad()
+def nngk_class_probabilities(
+    queries: torch.Tensor,
+    centres: torch.Tensor,
+    centre_labels: torch.Tensor,
+    log_weights: torch.Tensor,
+    sigma: float,
+    k: int,
+    num_classes: int,
+) -> torch.Tensor:
+    """Eq. 3: class probabilities of each query from its k nearest training centres."""
+    queries, centres = queries.detach().float().cpu(), centres.detach().float().cpu()
+    _, idx = search(centres.numpy(), queries.numpy(), k)
+    nbr = torch.from_numpy(idx.astype(np.int64))
+    logits = kernel_logits(queries, centres[nbr], log_weights.detach().cpu()[nbr], sigma)
+    weights = torch.softmax(logits, dim=1)
+    probs = torch.zeros(len(queries), num_classes)
+    probs.scatter_add_(1, centre_labels.cpu()[nbr], weights)
+    return probs

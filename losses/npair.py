@@ -1,0 +1,23 @@
+from pytorch_metric_learning.distances import DotProductSimilarity
+from pytorch_metric_learning.losses import NPairsLoss
+from pytorch_metric_learning.regularizers import LpRegularizer
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("npair")
+class NPairLoss(PMLLoss):
+    """Sohn 2016 multi-class N-pair loss: raw inner products, one pair per class in the batch,
+    plus `l2_reg` times the squared L2 norm of the embeddings (the paper's 0.002)."""
+
+    class_balanced = True
+
+    def __init__(self, l2_reg: float = 0.002):
+        super().__init__(
+            NPairsLoss(
+                distance=DotProductSimilarity(normalize_embeddings=False),
+                embedding_regularizer=LpRegularizer(p=2, power=2),
+                embedding_reg_weight=l2_reg,
+            )
+        )

@@ -1,0 +1,55 @@
+"""Losses by name, filled by the `register_loss` decorator (as timm registers models)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from losses.base import BenchLoss
+
+LOSSES: dict[str, type[BenchLoss]] = {}
+
+# Values the trainer passes to any loss whose constructor names them; not user parameters.
+CONTEXT_ARGS = ("num_train", "num_classes", "dims")
+
+
+def register_loss(name: str):
+    def add(cls: type[BenchLoss]) -> type[BenchLoss]:
+        LOSSES[name] = cls
+        cls.registry_name = name
+        return cls
+
+    return add
+
+
+def loss_names() -> list[str]:
+    return sorted(LOSSES)
+
+
+def get_loss_class(name: str) -> type[BenchLoss]:
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; expected one of: {', '.join(loss_names())}")
+    return LOSSES[name]
+
+
+def loss_defaults(name: str) -> dict[str, Any]:
+    """The user-settable parameters of a loss with their defaults (from its constructor)."""
+    params = inspect.signature(get_loss_class(name).__init__).parameters
+    return {
+        p.name: p.default
+        for p in params.values()
+        if p.name != "self" and p.name not in CONTEXT_ARGS and p.kind == p.POSITIONAL_OR_KEYWORD
+    }
+
+
+def build_loss(name: str, params: dict[str, Any], **context: Any) -> BenchLoss:
+    """Build a loss from its user parameters plus whatever context values it names."""
+    cls = get_loss_class(name)
+    defaults = loss_defaults(name)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        takes = ", ".join(defaults) or "no parameters"
+        raise ValueError(f"loss {name!r} does not take {', '.join(unknown)}; it takes: {takes}")
+    wanted = inspect.signature(cls.__init__).parameters
+    ctx = {k: v for k, v in context.items() if k in wanted}
+    return cls(**params, **ctx)

@@ -1,0 +1,19 @@
+from pytorch_metric_learning.losses import TripletMarginLoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+from miners import build_miner
+
+
+@register_loss("triplet")
+class TripletLoss(PMLLoss):
+    """Margin triplet loss on L2-normalised embeddings with the triplets a miner selects.
+
+    The miner gets the loss's own margin (PML's TripletMarginMiner defaults to another one).
+    """
+
+    class_balanced = True
+    normalize_embeddings = True
+
+    def __init__(self, margin: float = 0.2, miner: str = "semihard"):
+        super().__init__(TripletMarginLoss(margin=margin), build_miner(miner, margin=margin))
