@@ -1,0 +1,197 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.evaluate import METRIC_KEYS, evaluate
+
+FAST = ["--dataset", "digits", "--epochs", "2", "--dims", "16"]
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+
+
+def finished_runs(results: Path, loss: str) -> list[Path]:
+    return sorted(p for p in results.glob(f"digits-{loss}*") if (p / "metrics.json").is_file())
+
+
+@pytest.fixture(scope="module")
+def nngk_run(tmp_path_factory):
+    results = tmp_path_factory.mktemp("results")
+    out = cli("run", "--loss", "nngk", *FAST, "--results", results)
+    assert out.exit_code == 0, out.output
+    (run_dir,) = finished_runs(results, "nngk")
+    return results, run_dir
+
+
+def test_run_writes_a_complete_run_folder(nngk_run):
+    results, run_dir = nngk_run
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["loss"] == "nngk" and config["dims"] == 16 and config["seed"] == 0
+    assert config["resolved_loss_params"]["k"] == 100
+    assert "torch" in config["versions"]
+    history = pd.read_csv(run_dir / "history.csv")
+    assert history["epoch"].tolist() == [1, 2]
+    assert {"train_loss", "val_map@r", "val_recall@1", "seconds"} <= set(history.columns)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert set(METRIC_KEYS) <= set(metrics)
+    assert metrics["dataset"] == "digits" and metrics["loss"] == "nngk" and metrics["dims"] == 16
+    assert (run_dir / "checkpoint.pt").is_file()
+    (baseline,) = finished_runs(results, "untrained")
+    assert json.loads((baseline / "metrics.json").read_text())["map@r"] == pytest.approx(
+        0.611, abs=1e-3
+    )
+
+
+def test_metrics_are_what_the_saved_embeddings_give(nngk_run):
+    _, run_dir = nngk_run
+    saved = np.load(run_dir / "test_embeddings.npz")
+    assert saved["embeddings"].shape == (len(saved["labels"]), 16)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    recomputed = evaluate(saved["embeddings"], saved["labels"], seed=0)
+    for key in METRIC_KEYS:
+        assert metrics[key] == pytest.approx(recomputed[key], abs=1e-9), key
+
+
+def test_same_command_skips_a_finished_run_and_force_redoes_it(nngk_run):
+    results, run_dir = nngk_run
+    before = (run_dir / "metrics.json").stat().st_mtime_ns
+    out = cli("run", "--loss", "nngk", *FAST, "--results", results)
+    assert "skipped" in out.output
+    assert (run_dir / "metrics.json").stat().st_mtime_ns == before
+    out = cli("run", "--loss", "nngk", *FAST, "--results", results, "--force")
+    assert out.exit_code == 0
+    assert (run_dir / "metrics.json").stat().st_mtime_ns != before
+
+
+def test_same_command_twice_gives_the_same_metrics(nngk_run, tmp_path):
+    _, run_dir = nngk_run
+    out = cli("run", "--loss", "nngk", *FAST, "--results", tmp_path)
+    assert out.exit_code == 0
+    (again,) = finished_runs(tmp_path, "nngk")
+    assert again.name == run_dir.name
+    first = json.loads((run_dir / "metrics.json").read_text())
+    second = json.loads((again / "metrics.json").read_text())
+    assert {k: first[k] for k in METRIC_KEYS} == {k: second[k] for k in METRIC_KEYS}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--loss", "softmax"],
+        ["--loss", "contrastive"],
+        ["--loss", "triplet", "--miner", "semihard"],
+        ["--loss", "triplet", "--miner", "easy-positive"],
+        ["--loss", "triplet", "--miner", "all"],
+        ["--loss", "npair"],
+        ["--loss", "lifted"],
+        ["--loss", "nca"],
+    ],
+    ids=lambda a: "-".join(a[1::2]),
+)
+def test_every_loss_runs_end_to_end(args, tmp_path):
+    out = cli(
+        "run", *args, "--dataset", "digits", "--epochs", "1", "--dims", "8", "--results", tmp_path
+    )
+    assert out.exit_code == 0, out.output
+    (run_dir,) = finished_runs(tmp_path, args[1])
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert all(0.0 <= metrics[k] <= 1.0 for k in METRIC_KEYS)
+    assert metrics["miner"] == (args[3] if len(args) > 2 else None)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--loss", "hinge"], "unknown loss 'hinge'; expected one of: contrastive, lifted"),
+        (["--loss", "triplet", "--miner", "hardest"], "unknown miner 'hardest'; expected one of"),
+        (["--dataset", "mnist"], "unknown data set 'mnist'; expected one of: digits"),
+        (["--dims", "64,abc"], "bad --dims '64,abc'; expected comma-separated positive integers"),
+        (["--dims", "0"], "bad --dims '0'"),
+        (["--loss", "softmax", "--sigma", "3"], "loss 'softmax' does not take --sigma"),
+        (["--backbone", "vit"], "unknown backbone 'vit'; expected one of: small_cnn"),
+    ],
+)
+def test_bad_input_is_a_one_line_error_and_writes_nothing(args, message, tmp_path):
+    out = CliRunner().invoke(main, ["run", *args, "--results", str(tmp_path)])
+    assert out.exit_code != 0
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    assert not any(tmp_path.iterdir())
+
+
+def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.cli", "run", "--loss", "nope", "--results", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert proc.stderr.strip().splitlines() == [
+        "Error: unknown loss 'nope'; expected one of: contrastive, lifted, nca, nngk, npair, "
+        "softmax, triplet"
+    ]
+
+
+def test_losses_command_lists_losses_and_miners():
+    out = cli("losses")
+    for name in (
+        "nngk",
+        "softmax",
+        "contrastive",
+        "triplet",
+        "npair",
+        "lifted",
+        "nca",
+        "semihard",
+        "easy-positive",
+        "all",
+    ):
+        assert name in out.output
+    assert "sigma=10.0" in out.output and "update_interval=10" in out.output
+
+
+def test_killed_run_resumes_to_the_same_metrics(tmp_path):
+    args = ["run", "--loss", "nngk", "--dataset", "digits", "--epochs", "12", "--dims", "16"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.cli", *args, "--results", str(killed)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    deadline = time.time() + 120
+    history = None
+    while time.time() < deadline and proc.poll() is None:
+        found = list(killed.glob("digits-nngk*/history.csv"))
+        if found and len(pd.read_csv(found[0])) >= 3:
+            history = found[0]
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and history is not None, "run was not killed midway"
+    run_dir = history.parent
+    assert not (run_dir / "metrics.json").exists()
+    assert cli(*args, "--results", killed).exit_code == 0
+    assert len(pd.read_csv(history)) == 12
+
+    clean = tmp_path / "clean"
+    assert cli(*args, "--results", clean).exit_code == 0
+    resumed = json.loads((run_dir / "metrics.json").read_text())
+    (clean_dir,) = finished_runs(clean, "nngk")
+    uninterrupted = json.loads((clean_dir / "metrics.json").read_text())
+    assert {k: resumed[k] for k in METRIC_KEYS} == {k: uninterrupted[k] for k in METRIC_KEYS}

@@ -1,0 +1,113 @@
+import numpy as np
+import pytest
+from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+from sklearn.datasets import load_digits
+from sklearn.metrics import normalized_mutual_info_score
+
+from bench.evaluate import evaluate, knn, map_at_r, nmi, recall_at_k, search
+
+# Five points on a line: labels a a b b a.
+LINE = np.array([[0.0], [1.0], [3.0], [3.5], [10.0]], dtype=np.float32)
+LINE_LABELS = np.array([0, 0, 1, 1, 0])
+
+
+def test_knn_excludes_the_query_itself():
+    dist, idx = knn(LINE, 2)
+    assert idx.tolist() == [[1, 2], [0, 2], [3, 1], [2, 1], [3, 2]]
+    assert dist[0].tolist() == [1.0, 9.0]
+
+
+def test_knn_keeps_exact_duplicates_of_the_query():
+    x = np.array([[0.0], [0.0], [5.0]], dtype=np.float32)
+    _, idx = knn(x, 1)
+    assert idx[0, 0] == 1 and idx[1, 0] == 0
+    assert idx[2, 0] in (0, 1)
+
+
+def test_search_finds_nearest_rows_of_the_base():
+    _, idx = search(LINE, np.array([[2.9]], dtype=np.float32), 2)
+    assert idx.tolist() == [[2, 3]]
+
+
+def test_recall_at_k_by_hand():
+    _, idx = knn(LINE, 4)
+    r = recall_at_k(LINE_LABELS[idx], LINE_LABELS, ks=(1, 2, 4))
+    # nearest: 0->1 hit, 1->0 hit, 2->3 hit, 3->2 hit, 4->3 miss; 2nd: 4->2 miss; 4th: 4->0 hit
+    assert r == {"recall@1": 0.8, "recall@2": 0.8, "recall@4": 1.0}
+
+
+def test_map_at_r_by_hand():
+    _, idx = knn(LINE, 4)
+    # R=2 for label 0 points, R=1 for label 1 points.
+    # 0: [1 a, 2 b] -> (1/1)/2 = 0.5   1: [0 a, 2 b] -> 0.5   2: [3 b] -> 1   3: [2 b] -> 1
+    # 4: [3 b, 2 b] -> 0
+    assert map_at_r(LINE_LABELS[idx], LINE_LABELS) == pytest.approx((0.5 + 0.5 + 1 + 1 + 0) / 5)
+
+
+def test_map_at_r_counts_precision_at_each_correct_rank():
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    # query 0 (R=2) retrieves [1 wrong... ] constructed directly on neighbour labels
+    neighbour_labels = np.array(
+        [
+            [1, 0, 0, 1, 1],
+            [0, 1, 0, 1, 1],
+            [0, 0, 1, 1, 1],
+            [1, 1, 0, 0, 0],
+            [0, 1, 1, 0, 0],
+            [0, 0, 1, 1, 0],
+        ]
+    )
+    expected = [
+        (1 / 2) / 2,  # hit at rank 2 only (within R=2)
+        (1 / 1) / 2,  # hit at rank 1 only
+        (1 + 1) / 2,  # hits at ranks 1, 2
+        (1 + 1) / 2,
+        (1 / 2) / 2,
+        0.0,
+    ]
+    assert map_at_r(neighbour_labels, labels) == pytest.approx(np.mean(expected))
+
+
+def test_map_at_r_needs_enough_neighbours():
+    with pytest.raises(ValueError, match="MAP@R needs"):
+        map_at_r(np.zeros((4, 1), dtype=int), np.array([0, 0, 0, 1]))
+
+
+def test_nmi_of_separated_clusters_is_one_and_matches_sklearn():
+    rng = np.random.default_rng(0)
+    centres = np.array([[0, 0], [10, 0], [0, 10]], dtype=np.float32)
+    labels = np.repeat([0, 1, 2], 30)
+    x = centres[labels] + rng.normal(scale=0.3, size=(90, 2)).astype(np.float32)
+    assert nmi(x, labels) == pytest.approx(1.0)
+    shuffled = rng.permutation(labels)
+    assert nmi(x, shuffled) < 0.2
+    assert normalized_mutual_info_score(shuffled, labels) == pytest.approx(nmi(x, shuffled))
+
+
+def test_nmi_is_deterministic_for_a_seed():
+    d = load_digits()
+    x, y = d.data[d.target >= 5], d.target[d.target >= 5]
+    assert nmi(x, y, seed=3) == nmi(x, y, seed=3)
+    assert 0.7 < nmi(x, y) < 0.85
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_evaluate_matches_pml_accuracy_calculator(seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 6, size=300)
+    x = (rng.normal(size=(300, 16)) + labels[:, None] * 0.4).astype(np.float32)
+    ours = evaluate(x, labels)
+    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
+    theirs = calc.get_accuracy(x, labels)
+    assert ours["recall@1"] == pytest.approx(theirs["precision_at_1"])
+    assert ours["map@r"] == pytest.approx(theirs["mean_average_precision_at_r"])
+    assert set(ours) == {"recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r"}
+    assert ours["recall@1"] <= ours["recall@2"] <= ours["recall@4"] <= ours["recall@8"]
+
+
+def test_raw_digits_5_to_9_reference_values():
+    d = load_digits()
+    m = d.target >= 5
+    metrics = evaluate(d.data[m], d.target[m])
+    assert metrics["map@r"] == pytest.approx(0.611, abs=1e-3)
+    assert metrics["recall@1"] == pytest.approx(0.9888, abs=1e-3)

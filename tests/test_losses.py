@@ -1,0 +1,712 @@
+"""Every registered loss against a hand-written reference on a small batch.
+
+The references are plain Python loops over examples, pairs or triplets, written from the
+papers' formulas (NNGK Eq. 1-3, Song et al. 2016 Eq. 4, ...) and from the exact conventions of
+pytorch-metric-learning 2.x where the harness wraps a PML loss (reducers, pair choice,
+regulariser). They work on 0-d torch tensors in float64 so that autograd gives reference
+gradients; they never call the code under test or PML.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pytorch_metric_learning.losses import LiftedStructureLoss as PMLLiftedStructureLoss
+
+import losses
+from losses.lifted import lifted_structure_loss
+from losses.nngk import NNGKLoss, nngk_class_probabilities
+
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------------------------
+# Hand-written helpers (scalars only)
+# --------------------------------------------------------------------------------------------
+
+
+def rows(x: torch.Tensor) -> list[list[torch.Tensor]]:
+    """The rows of a (B, d) tensor as lists of 0-d tensors (autograd still reaches x)."""
+    return [[x[i, t] for t in range(x.shape[1])] for i in range(x.shape[0])]
+
+
+def unit_rows(x: torch.Tensor) -> list[list[torch.Tensor]]:
+    """Rows divided by their Euclidean norm, element by element."""
+    out = []
+    for r in rows(x):
+        norm = torch.sqrt(sum(v * v for v in r))
+        out.append([v / norm for v in r])
+    return out
+
+
+def sq_dist(u, v) -> torch.Tensor:
+    return sum((a - b) ** 2 for a, b in zip(u, v, strict=True))
+
+
+def dist_table(r) -> dict[tuple[int, int], torch.Tensor]:
+    """Euclidean distances of all ordered pairs i != j (the diagonal is never needed)."""
+    n = len(r)
+    return {(i, j): torch.sqrt(sq_dist(r[i], r[j])) for i in range(n) for j in range(n) if i != j}
+
+
+def log_sum_exp(values: list[torch.Tensor]) -> torch.Tensor:
+    """log(sum(exp(v))) with the largest value factored out."""
+    top = max(float(v) for v in values)
+    return top + torch.log(sum(torch.exp(v - top) for v in values))
+
+
+def mean_nonzero(values: list[torch.Tensor]) -> torch.Tensor:
+    """PML's AvgNonZeroReducer: the mean of the strictly positive values, 0 if there are none."""
+    kept = [v for v in values if float(v) > 0]
+    return sum(kept) / len(kept) if kept else torch.zeros((), dtype=F64)
+
+
+def grad_of(value: torch.Tensor, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.autograd.grad(value, inputs)
+
+
+def batch(seed: int, labels: list[int], dims: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
+    torch.manual_seed(seed)
+    x = torch.randn(len(labels), dims, dtype=F64)
+    return x, torch.tensor(labels)
+
+
+def close(a, b, tol=1e-10):
+    torch.testing.assert_close(
+        torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64), rtol=tol, atol=tol
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# NNGK
+# --------------------------------------------------------------------------------------------
+
+N_TRAIN, DIMS, K, SIGMA = 12, 4, 5, 1.0
+
+
+def brute_neighbours(centres: torch.Tensor, labels: torch.Tensor, k: int) -> list[list[int]]:
+    """Each centre's k nearest other centres (ascending), with the documented fallback: when
+    none has its label, the last entry becomes its nearest centre of its own class (if any)."""
+    c = rows(centres.to(F64))
+    n = len(c)
+    out = []
+    for i in range(n):
+        by_dist = sorted((float(sq_dist(c[i], c[j])), j) for j in range(n) if j != i)
+        lst = [j for _, j in by_dist[:k]]
+        if not any(int(labels[j]) == int(labels[i]) for j in lst):
+            same = [j for _, j in by_dist if int(labels[j]) == int(labels[i])]
+            if same:
+                lst[-1] = same[0]
+        out.append(lst)
+    return out
+
+
+def nngk_reference(x, labels, idx, centres, centre_labels, log_w, nbrs, sigma, log_space=False):
+    """Eq. 3 by loops: the mean over the batch of -ln(sum_same w f / sum_all w f), over each
+    example's neighbour list; examples without a same-label neighbour are skipped."""
+    xs = rows(x)
+    cs = rows(centres)
+    total, count = 0.0, 0
+    for b, i in enumerate(idx.tolist()):
+        y = int(labels[b])
+        logits_all, logits_same, num, den = [], [], 0.0, 0.0
+        for j in nbrs[i]:
+            d2 = sq_dist(xs[b], cs[j])
+            if log_space:
+                logit = log_w[j] - d2 / (2 * sigma**2)
+                logits_all.append(logit)
+                if int(centre_labels[j]) == y:
+                    logits_same.append(logit)
+            else:
+                term = torch.exp(log_w[j]) * torch.exp(-d2 / (2 * sigma**2))  # w_j f(x, c_j)
+                den = den + term
+                if int(centre_labels[j]) == y:
+                    num = num + term
+        if log_space:
+            if not logits_same:
+                continue
+            total = total - (log_sum_exp(logits_same) - log_sum_exp(logits_all))
+        else:
+            if not any(int(centre_labels[j]) == y for j in nbrs[i]):
+                continue
+            total = total - torch.log(num / den)
+        count += 1
+    return total / count
+
+
+def make_nngk(dtype=torch.float32, seed=0, **params):
+    torch.manual_seed(seed)
+    centres = torch.randn(N_TRAIN, DIMS)  # float32 values, exact in float64 too
+    centre_labels = torch.arange(N_TRAIN) % 3
+    params = {"sigma": SIGMA, "k": K, **params}
+    loss = losses.build_loss("nngk", params, num_train=N_TRAIN, num_classes=3, dims=DIMS)
+    loss = loss.to(dtype)
+    with torch.no_grad():
+        loss.log_weights.copy_(0.7 * torch.randn(N_TRAIN))
+    assert float(loss.log_weights.abs().min()) > 0
+    loss.refresh(centres, centre_labels)
+    return loss, centres.to(F64), centre_labels
+
+
+def test_nngk_neighbour_lists_are_the_k_nearest_other_centres():
+    loss, centres, centre_labels = make_nngk()
+    expected = brute_neighbours(centres, centre_labels, K)
+    assert loss.neighbours.tolist() == expected
+    assert all(i not in expected[i] for i in range(N_TRAIN))
+    assert loss.neighbours.shape == (N_TRAIN, K)
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
+def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
+    loss, centres, centre_labels = make_nngk(dtype)
+    nbrs = brute_neighbours(centres, centre_labels, K)
+    torch.manual_seed(1)
+    idx = torch.tensor([0, 3, 5, 7, 10, 11])
+    labels = centre_labels[idx]
+    x0 = centres[idx] + 0.4 * torch.randn(len(idx), DIMS, dtype=F64)
+
+    x = x0.clone().to(dtype).requires_grad_()
+    value = loss(x, labels, idx)
+    value.backward()
+
+    x_ref = x0.clone().requires_grad_()
+    lw_ref = loss.log_weights.detach().to(F64).clone().requires_grad_()
+    ref = nngk_reference(x_ref, labels, idx, centres, centre_labels, lw_ref, nbrs, SIGMA)
+    gx, gw = grad_of(ref, x_ref, lw_ref)
+
+    close(value.detach(), ref.detach(), tol)
+    close(x.grad, gx, tol)
+    close(loss.log_weights.grad, gw, tol)
+    # The weights of centres outside every neighbour list get no gradient; others do.
+    used = sorted({j for i in idx.tolist() for j in nbrs[i]})
+    assert (loss.log_weights.grad[used] != 0).all()
+    unused = [j for j in range(N_TRAIN) if j not in used]
+    assert (loss.log_weights.grad[unused] == 0).all()
+
+
+def test_nngk_centres_are_a_buffer_and_log_weights_the_only_parameter():
+    loss, centres, centre_labels = make_nngk(torch.float64)
+    assert [name for name, _ in loss.named_parameters()] == ["log_weights"]
+    assert loss.centres.requires_grad is False
+    assert "centres" in dict(loss.named_buffers())
+    torch.testing.assert_close(loss.centres, centres)
+    idx = torch.tensor([1, 2, 4])
+    x = (centres[idx] + 0.1).requires_grad_()
+    loss(x, centre_labels[idx], idx).backward()
+    assert loss.centres.grad is None
+    assert loss.log_weights.grad is not None
+
+
+def test_nngk_needs_refresh_and_indices():
+    loss = losses.build_loss("nngk", {"k": 3}, num_train=5, num_classes=2, dims=2)
+    x = torch.zeros(2, 2)
+    with pytest.raises(RuntimeError):
+        loss(x, torch.tensor([0, 1]), torch.tensor([0, 1]))
+    loss.refresh(torch.randn(5, 2), torch.tensor([0, 1, 0, 1, 0]))
+    with pytest.raises(RuntimeError):
+        loss(x, torch.tensor([0, 1]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nngk_is_stable_far_from_every_centre(dtype):
+    loss, centres, centre_labels = make_nngk(dtype)
+    nbrs = brute_neighbours(centres, centre_labels, K)
+    torch.manual_seed(2)
+    idx = torch.tensor([0, 1, 2, 6, 9])
+    labels = centre_labels[idx]
+    direction = torch.nn.functional.normalize(torch.randn(len(idx), DIMS, dtype=F64), dim=1)
+    x0 = 1e3 * direction
+    far = torch.cdist(x0, centres)
+    assert float(far.min()) > 990 and float(far.max()) < 1010
+
+    x = x0.to(dtype).requires_grad_()
+    value = loss(x, labels, idx)
+    value.backward()
+    assert torch.isfinite(value)
+    assert torch.isfinite(x.grad).all()
+    assert torch.isfinite(loss.log_weights.grad).all()
+
+    # The direct formula underflows here (0/0), so compare with the same sum in log space.
+    lw = loss.log_weights.detach().to(F64)
+    direct = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, SIGMA)
+    assert not torch.isfinite(direct)
+    ref = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, SIGMA, log_space=True)
+    assert float(ref) > 10  # a real, large loss, not a degenerate 0
+    tol = 1e-10 if dtype == torch.float64 else 1e-3
+    close(value.detach(), ref, tol)
+
+
+def fallback_case():
+    """2-D centres: centre 0 (class 0) has classes 1, 2, 1 as its three nearest centres; its
+    nearest class-0 centre is 4, then 5. Centre 6 is alone in class 3."""
+    centres = torch.tensor(
+        [
+            [0.0, 0.0],  # 0, class 0
+            [0.5, 0.0],  # 1, class 1
+            [0.0, 0.6],  # 2, class 2
+            [-0.7, 0.0],  # 3, class 1
+            [4.0, 0.0],  # 4, class 0
+            [0.0, -6.0],  # 5, class 0
+            [10.0, 10.0],  # 6, class 3 (singleton)
+            [0.0, -0.8],  # 7, class 2
+        ]
+    )
+    labels = torch.tensor([0, 1, 2, 1, 0, 0, 3, 2])
+    loss = losses.build_loss("nngk", {"k": 3, "sigma": 1.0}, num_train=8, num_classes=4, dims=2)
+    loss.refresh(centres, labels)
+    return loss, centres, labels
+
+
+def test_nngk_fallback_replaces_last_neighbour_by_nearest_same_class_centre():
+    loss, centres, labels = fallback_case()
+    nbrs = brute_neighbours(centres, labels, 3)
+    assert loss.neighbours.tolist() == nbrs
+    # By brute force: the plain 3 nearest of centre 0 are 1, 2, 3 (no class 0) and its
+    # nearest class-0 centre is 4, which takes the last (farthest) place.
+    plain = sorted(range(1, 8), key=lambda j: float(sq_dist(rows(centres)[0], rows(centres)[j])))
+    assert plain[:3] == [1, 2, 3]
+    same = [j for j in plain if int(labels[j]) == 0]
+    assert same[0] == 4
+    assert loss.neighbours[0].tolist() == [1, 2, 4]
+    # The singleton keeps its plain list: it has no centre of its class to fall back on.
+    assert not any(int(labels[j]) == 3 for j in loss.neighbours[6].tolist())
+
+    idx = torch.tensor([0, 6])
+    x0 = torch.tensor([[0.1, 0.05], [9.5, 10.2]], dtype=F64)
+    x = x0.clone().float().requires_grad_()
+    value = loss(x, labels[idx], idx)
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(x.grad).all()
+    # Only the example with a (fallback) same-class neighbour counts in the mean.
+    lw = loss.log_weights.detach().to(F64)
+    ref = nngk_reference(x0, labels[idx], idx, centres.to(F64), labels, lw, nbrs, 1.0)
+    close(value.detach(), ref, 1e-5)
+    assert float(x.grad[1].abs().max()) == 0.0
+
+    # A gradient step on x moves example 0 toward its class-0 centre.
+    before = float(torch.dist(x[0].detach(), centres[4]))
+    stepped = x[0].detach() - 0.1 * x.grad[0]
+    after = float(torch.dist(stepped, centres[4]))
+    assert after < before - 1e-3
+
+
+def test_nngk_example_whose_class_has_no_other_member_contributes_nothing():
+    loss, centres, labels = fallback_case()
+    x = torch.tensor([[9.5, 10.2]], requires_grad=True)
+    value = loss(x, labels[[6]], torch.tensor([6]))
+    assert torch.isfinite(value) and float(value) == 0.0
+    value.backward()
+    assert float(x.grad.abs().max()) == 0.0
+
+
+def test_nngk_fixed_weights():
+    loss = losses.build_loss(
+        "nngk", {"k": 3, "learn_weights": False}, num_train=6, num_classes=2, dims=3
+    )
+    assert loss.log_weights.requires_grad is False
+    assert not [p for p in loss.parameters() if p.requires_grad]
+    torch.manual_seed(3)
+    loss.refresh(torch.randn(6, 3), torch.tensor([0, 1, 0, 1, 0, 1]))
+    x = torch.randn(3, 3, requires_grad=True)
+    loss(x, torch.tensor([0, 1, 0]), torch.tensor([0, 1, 2])).backward()
+    assert loss.log_weights.grad is None
+    assert x.grad is not None and float(x.grad.abs().sum()) > 0
+
+
+def test_nngk_class_probabilities_match_eq3_loop():
+    torch.manual_seed(4)
+    n, d, k, sigma, num_classes = 12, 3, 4, 0.8, 5  # classes 3 and 4 have no centre
+    centres = torch.randn(n, d)
+    centre_labels = torch.tensor([0, 1, 2, 0, 1, 2, 0, 0, 1, 2, 2, 1])
+    log_w = 0.5 * torch.randn(n)
+    queries = torch.randn(6, d)
+
+    probs = nngk_class_probabilities(queries, centres, centre_labels, log_w, sigma, k, num_classes)
+
+    c, q = rows(centres.to(F64)), rows(queries.to(F64))
+    expected = torch.zeros(len(q), num_classes, dtype=F64)
+    for a in range(len(q)):
+        nearest = sorted(range(n), key=lambda j: float(sq_dist(q[a], c[j])))[:k]
+        den = sum(math.exp(float(log_w[j])) * math.exp(-float(sq_dist(q[a], c[j])) / (2 * sigma**2)) for j in nearest)
+        for j in nearest:
+            w_f = math.exp(float(log_w[j])) * math.exp(-float(sq_dist(q[a], c[j])) / (2 * sigma**2))
+            expected[a, int(centre_labels[j])] += w_f / den
+
+    assert probs.shape == (len(q), num_classes)
+    close(probs, expected, 1e-5)
+    close(probs.sum(dim=1), torch.ones(len(q)), 1e-5)
+    zeros = expected == 0
+    assert zeros[:, :3].any()  # a present class missing from some neighbourhood
+    assert (probs[zeros] == 0).all()
+    assert (probs[:, 3:] == 0).all()
+
+
+# --------------------------------------------------------------------------------------------
+# Lifted structure (Song et al. 2016, Eq. 4)
+# --------------------------------------------------------------------------------------------
+
+LIFTED_BATCHES = [
+    (0, [0, 0, 1, 1, 2, 2, 0, 1]),
+    (1, [3, 3, 3, 5, 5, 7, 7, 7, 9]),
+    (2, [0, 1, 0, 1, 0, 1]),
+]
+
+
+def lifted_reference(x, labels, margin=1.0):
+    u = unit_rows(x)
+    dist = dist_table(u)
+    n = len(u)
+    y = labels.tolist()
+    per_pair = []
+    for i in range(n):
+        for j in range(n):
+            if i == j or y[i] != y[j]:
+                continue
+            s = sum(torch.exp(margin - dist[i, k]) for k in range(n) if y[k] != y[i])
+            s = s + sum(torch.exp(margin - dist[j, l]) for l in range(n) if y[l] != y[j])
+            j_ij = torch.log(s) + dist[i, j]
+            per_pair.append(torch.clamp(j_ij, min=0) ** 2 / 2)
+    return sum(per_pair) / len(per_pair)
+
+
+@pytest.mark.parametrize("seed, labels", LIFTED_BATCHES)
+def test_lifted_matches_pml_and_eq4_loop(seed, labels):
+    x0, y = batch(seed, labels, dims=5)
+    x = x0.clone().requires_grad_()
+    value = lifted_structure_loss(x, y, neg_margin=1.0, pos_margin=0.0)
+    (g,) = grad_of(value, x)
+
+    x_pml = x0.clone().requires_grad_()
+    pml = PMLLiftedStructureLoss(neg_margin=1, pos_margin=0)(x_pml, y)
+    (g_pml,) = grad_of(pml, x_pml)
+
+    x_ref = x0.clone().requires_grad_()
+    ref = lifted_reference(x_ref, y)
+    (g_ref,) = grad_of(ref, x_ref)
+
+    assert float(ref) > 0
+    close(value, pml)
+    close(g, g_pml)
+    close(value, ref)
+    close(g, g_ref)
+
+    registered = losses.build_loss("lifted", {}, num_train=100, num_classes=10, dims=5)
+    close(registered(x0, y), ref)
+
+
+def test_lifted_margins_match_pml():
+    x0, y = batch(5, [0, 0, 1, 1, 2, 2, 2, 0])
+    x = x0.clone().requires_grad_()
+    value = lifted_structure_loss(x, y, neg_margin=0.7, pos_margin=0.2)
+    pml = PMLLiftedStructureLoss(neg_margin=0.7, pos_margin=0.2)(x0, y)
+    close(value, pml)
+    assert abs(float(value) - float(lifted_reference(x0, y))) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Contrastive
+# --------------------------------------------------------------------------------------------
+
+
+def contrastive_reference(x, labels, pos_margin, neg_margin):
+    dist = dist_table(unit_rows(x))
+    y = labels.tolist()
+    pos, neg = [], []
+    for (i, j), d in dist.items():
+        if y[i] == y[j]:
+            pos.append(torch.clamp(d - pos_margin, min=0))
+        else:
+            neg.append(torch.clamp(neg_margin - d, min=0))
+    return mean_nonzero(pos) + mean_nonzero(neg), pos, neg
+
+
+@pytest.mark.parametrize("params", [{}, {"pos_margin": 0.3, "neg_margin": 1.2}])
+def test_contrastive_matches_pair_loop(params):
+    defaults = losses.loss_defaults("contrastive")
+    assert defaults == {"pos_margin": 0.0, "neg_margin": 0.5}
+    margins = {**defaults, **params}
+    loss = losses.build_loss("contrastive", params, num_train=100, num_classes=3, dims=4)
+    x0, y = batch(6, [0, 0, 0, 1, 1, 1, 2, 2, 2, 0])
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+
+    x_ref = x0.clone().requires_grad_()
+    ref, pos, neg = contrastive_reference(x_ref, y, margins["pos_margin"], margins["neg_margin"])
+    (g_ref,) = grad_of(ref, x_ref)
+    close(value, ref)
+    close(g, g_ref)
+    # The batch makes the reducer matter: some pairs have zero loss, the plain mean differs.
+    zero_pairs = [v for v in pos + neg if float(v) == 0]
+    assert zero_pairs
+    plain = sum(pos) / len(pos) + sum(neg) / len(neg)
+    assert abs(float(plain) - float(ref)) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# Triplet
+# --------------------------------------------------------------------------------------------
+
+
+def triplet_reference(x, labels, margin, semihard_margin=None):
+    """Mean over triplets with non-zero loss; with `semihard_margin`, only the triplets that
+    PML's TripletMarginMiner("semihard") keeps: 0 < d(a,n) - d(a,p) <= margin."""
+    dist = dist_table(unit_rows(x))
+    y = labels.tolist()
+    n = len(y)
+    terms = []
+    for a in range(n):
+        for p in range(n):
+            if p == a or y[p] != y[a]:
+                continue
+            for q in range(n):
+                if y[q] == y[a]:
+                    continue
+                gap = float(dist[a, q]) - float(dist[a, p])
+                if semihard_margin is not None and not (0 < gap <= semihard_margin):
+                    continue
+                terms.append(torch.clamp(dist[a, p] - dist[a, q] + margin, min=0))
+    return mean_nonzero(terms), len(terms)
+
+
+TRIPLET_LABELS = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("margin", [0.2, 0.5])
+def test_triplet_all_matches_triplet_loop(margin):
+    loss = losses.build_loss(
+        "triplet", {"miner": "all", "margin": margin}, num_train=100, num_classes=3, dims=4
+    )
+    x0, y = batch(7, TRIPLET_LABELS)
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    ref, count = triplet_reference(x_ref, y, margin)
+    (g_ref,) = grad_of(ref, x_ref)
+    assert count == 12 * 3 * 8
+    close(value, ref)
+    close(g, g_ref)
+
+
+def test_triplet_default_miner_is_semihard_with_default_margin():
+    assert losses.loss_defaults("triplet") == {"margin": 0.2, "miner": "semihard"}
+    loss = losses.build_loss("triplet", {}, num_train=100, num_classes=3, dims=4)
+    x0, y = batch(8, TRIPLET_LABELS)
+    ref, count = triplet_reference(x0, y, 0.2, semihard_margin=0.2)
+    assert 0 < count < 12 * 3 * 8
+    close(loss(x0, y), ref)
+
+
+@pytest.mark.parametrize("margin", [0.1, 0.5])
+def test_triplet_semihard_uses_the_loss_margin(margin):
+    loss = losses.build_loss(
+        "triplet", {"miner": "semihard", "margin": margin}, num_train=100, num_classes=3, dims=4
+    )
+    assert loss.miner.margin == margin
+    x0, y = batch(8, TRIPLET_LABELS)
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    ref, count = triplet_reference(x_ref, y, margin, semihard_margin=margin)
+    (g_ref,) = grad_of(ref, x_ref)
+    assert count > 0
+    close(value, ref)
+    close(g, g_ref)
+    if margin > 0.2:
+        # Had the miner kept PML's default margin (0.2), the value would differ.
+        wrong, _ = triplet_reference(x0, y, margin, semihard_margin=0.2)
+        assert abs(float(wrong) - float(ref)) > 1e-3
+
+
+# --------------------------------------------------------------------------------------------
+# N-pair (Sohn 2016)
+# --------------------------------------------------------------------------------------------
+
+
+def npair_reference(x, labels, l2_reg):
+    """One (anchor, positive) pair per class with >= 2 examples: as PML's
+    convert_to_pos_pairs_with_unique_labels picks it, the class's first example is the anchor
+    and its second the positive. Cross-entropy over raw inner products, mean over pairs, plus
+    l2_reg * the mean over all embeddings of the squared L2 norm (LpRegularizer(p=2, power=2)
+    with its MeanReducer, scaled by embedding_reg_weight and added)."""
+    r = rows(x)
+    y = labels.tolist()
+    pairs = []
+    for c in sorted(set(y)):
+        members = [i for i in range(len(y)) if y[i] == c]
+        if len(members) >= 2:
+            pairs.append((members[0], members[1]))
+
+    def dot(u, v):
+        return sum(a * b for a, b in zip(u, v, strict=True))
+
+    ce = []
+    for a, p in pairs:
+        logits = [dot(r[a], r[q]) for _, q in pairs]
+        ce.append(log_sum_exp(logits) - dot(r[a], r[p]))
+    reg = sum(sum(v * v for v in row) for row in r) / len(r)
+    return sum(ce) / len(ce) + l2_reg * reg, pairs
+
+
+@pytest.mark.parametrize("l2_reg", [0.002, 0.5])
+def test_npair_matches_loop(l2_reg):
+    params = {} if l2_reg == 0.002 else {"l2_reg": l2_reg}
+    loss = losses.build_loss("npair", params, num_train=100, num_classes=4, dims=4)
+    # Class 9 is a singleton: no pair, but its embedding still counts in the regulariser.
+    labels = [2, 0, 2, 1, 0, 2, 1, 9, 3, 3]
+    x0, y = batch(9, labels)
+    x0 = 2.0 * x0
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    ref, pairs = npair_reference(x_ref, y, l2_reg)
+    (g_ref,) = grad_of(ref, x_ref)
+    assert pairs == [(1, 4), (3, 6), (0, 2), (8, 9)]
+    close(value, ref)
+    close(g, g_ref)
+
+
+# --------------------------------------------------------------------------------------------
+# NCA
+# --------------------------------------------------------------------------------------------
+
+
+def nca_reference(x, labels, scale):
+    """PML's NCALoss: squared distances of unit embeddings, softmax over k != i, and the mean
+    of -log(sum of same-label probabilities) over the examples that have another of their
+    label in the batch (the others have probability 0 and are dropped)."""
+    u = unit_rows(x)
+    n = len(u)
+    y = labels.tolist()
+    per_example = []
+    for i in range(n):
+        if not any(y[j] == y[i] for j in range(n) if j != i):
+            continue
+        den = sum(torch.exp(-scale * sq_dist(u[i], u[k])) for k in range(n) if k != i)
+        num = sum(torch.exp(-scale * sq_dist(u[i], u[j])) for j in range(n) if j != i and y[j] == y[i])
+        per_example.append(-torch.log(num / den))
+    return sum(per_example) / len(per_example), len(per_example)
+
+
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_nca_matches_loop(scale):
+    params = {} if scale == 1.0 else {"softmax_scale": scale}
+    loss = losses.build_loss("nca", params, num_train=100, num_classes=4, dims=4)
+    x0, y = batch(10, [0, 1, 2, 0, 1, 5, 2, 0, 7])  # classes 5 and 7 are singletons
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    ref, count = nca_reference(x_ref, y, scale)
+    (g_ref,) = grad_of(ref, x_ref)
+    assert count == 7
+    close(value, ref)
+    close(g, g_ref)
+
+
+# --------------------------------------------------------------------------------------------
+# Softmax
+# --------------------------------------------------------------------------------------------
+
+
+def test_softmax_matches_log_softmax_loop():
+    num_classes, dims = 5, 4
+    torch.manual_seed(11)
+    loss = losses.build_loss("softmax", {}, num_train=100, num_classes=num_classes, dims=dims)
+    loss = loss.double()
+    weight, bias = loss.classifier.weight, loss.classifier.bias
+    assert list(loss.parameters()) == [weight, bias]
+    assert weight.shape == (num_classes, dims) and bias.shape == (num_classes,)
+    assert all(p.requires_grad for p in loss.parameters())
+
+    x0, y = batch(12, [0, 1, 2, 3, 4, 0, 2, 2])
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    gx, gw, gb = grad_of(value, x, weight, bias)
+
+    x_ref = x0.clone().requires_grad_()
+    w_ref = weight.detach().clone().requires_grad_()
+    b_ref = bias.detach().clone().requires_grad_()
+    r = rows(x_ref)
+    total = 0.0
+    for i in range(len(r)):
+        logits = [sum(w_ref[c, t] * r[i][t] for t in range(dims)) + b_ref[c] for c in range(num_classes)]
+        total = total - (logits[int(y[i])] - log_sum_exp(logits))
+    ref = total / len(r)
+    gx_ref, gw_ref, gb_ref = grad_of(ref, x_ref, w_ref, b_ref)
+    close(value, ref)
+    close(gx, gx_ref)
+    close(gw, gw_ref)
+    close(gb, gb_ref)
+
+
+# --------------------------------------------------------------------------------------------
+# Declarations and the registry
+# --------------------------------------------------------------------------------------------
+
+# name: (class_balanced, needs_indices, normalize_embeddings, refresh_interval)
+DECLARED = {
+    "contrastive": (True, False, True, None),
+    "lifted": (True, False, True, None),
+    "nca": (False, False, True, None),
+    "nngk": (False, True, False, 10),
+    "npair": (True, False, False, None),
+    "softmax": (False, False, False, None),
+    "triplet": (True, False, True, None),
+}
+
+
+def test_registered_losses_are_the_seven():
+    assert losses.loss_names() == sorted(DECLARED)
+
+
+@pytest.mark.parametrize("name", sorted(DECLARED))
+def test_declarations(name):
+    loss = losses.build_loss(name, {}, num_train=20, num_classes=4, dims=4)
+    assert isinstance(loss, losses.BenchLoss)
+    got = (
+        loss.class_balanced,
+        loss.needs_indices,
+        loss.normalize_embeddings,
+        loss.refresh_interval,
+    )
+    assert got == DECLARED[name]
+
+
+def test_nngk_refresh_interval_is_its_update_interval():
+    loss = losses.build_loss("nngk", {"update_interval": 3}, num_train=20, num_classes=4, dims=4)
+    assert loss.refresh_interval == 3
+    assert losses.loss_defaults("nngk")["update_interval"] == 10
+    assert isinstance(loss, NNGKLoss)
+
+
+def test_unknown_loss_name_lists_every_name():
+    with pytest.raises(ValueError) as err:
+        losses.build_loss("tripletz", {}, num_train=10, num_classes=2, dims=2)
+    message = str(err.value)
+    assert "tripletz" in message
+    for name in DECLARED:
+        assert name in message
+
+
+def test_unknown_parameter_names_what_the_loss_takes():
+    with pytest.raises(ValueError) as err:
+        losses.build_loss("nngk", {"sigmaa": 1.0}, num_train=10, num_classes=2, dims=2)
+    message = str(err.value)
+    assert "sigmaa" in message
+    for param in ("sigma", "k", "update_interval", "learn_weights"):
+        assert param in message.split("takes:")[1]
+    assert "num_train" not in message
+
+    with pytest.raises(ValueError, match="no parameters"):
+        losses.build_loss("softmax", {"dims": 3}, num_train=10, num_classes=2, dims=2)
+
+
+def test_unknown_miner_through_triplet_params():
+    with pytest.raises(ValueError, match="semihard"):
+        losses.build_loss("triplet", {"miner": "hardest"}, num_train=10, num_classes=2, dims=2)

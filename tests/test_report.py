@@ -1,0 +1,81 @@
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.report import load_runs, summarise, write_report
+from bench.store import atomic_write_json
+
+KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")
+
+
+def fake_run(results, name, loss, dims, seed, value, miner=None):
+    metrics = {k: value for k in KEYS}
+    metrics.update(dataset="digits", loss=loss, miner=miner, dims=dims, seed=seed)
+    atomic_write_json(results / name / "metrics.json", metrics)
+
+
+@pytest.fixture
+def results(tmp_path):
+    r = tmp_path / "results"
+    fake_run(r, "base", "untrained", 64, 0, 0.61)
+    fake_run(r, "n64s0", "nngk", 64, 0, 0.70)
+    fake_run(r, "n64s1", "nngk", 64, 1, 0.80)
+    fake_run(r, "n512", "nngk", 512, 0, 0.90)
+    fake_run(r, "t64", "triplet", 64, 0, 0.50, miner="semihard")
+    (r / "half").mkdir()
+    (r / "half" / "config.json").write_text("{}")
+    (r / "corrupt").mkdir()
+    (r / "corrupt" / "metrics.json").write_text('{"recall@1": 0.')
+    return r
+
+
+def test_summary_is_mean_and_std_over_seeds_with_baseline_first(results):
+    df, problems = load_runs(results)
+    assert sorted(p.split(":")[0] for p in problems) == ["corrupt", "half"]
+    table = summarise(df)
+    assert table["method"].tolist()[0] == "untrained (raw inputs)"
+    row = table[(table["method"] == "nngk") & (table["dims"] == 64)].iloc[0]
+    assert row["runs"] == 2
+    assert row["map@r_mean"] == pytest.approx(0.75)
+    assert row["map@r_std"] == pytest.approx(pd.Series([0.7, 0.8]).std())
+    assert "triplet (semihard)" in table["method"].tolist()
+
+
+def test_report_writes_table_csv_plot_and_index(results, tmp_path):
+    out = tmp_path / "reports"
+    written, problems = write_report(results, out)
+    assert {p.name for p in written} == {"digits.md", "digits.csv", "digits.png", "README.md"}
+    md = (out / "digits.md").read_text()
+    lines = [line for line in md.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].split("|")[1:-1]]
+    assert header == ["loss", "dims", "R@1", "R@2", "R@4", "R@8", "NMI", "MAP@R", "runs"]
+    assert "untrained (raw inputs)" in lines[2]
+    nngk64 = next(line for line in lines if line.startswith("| nngk ") and " 64 " in line)
+    assert "75.00 ± 7.07" in nngk64 and nngk64.rstrip("| ").endswith("2")
+    assert (out / "digits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    csv = pd.read_csv(out / "digits.csv")
+    assert len(csv) == 4
+    assert "digits.md" in (out / "README.md").read_text()
+
+
+def test_report_twice_gives_the_same_files(results, tmp_path):
+    out = tmp_path / "reports"
+    write_report(results, out)
+    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    write_report(results, out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == first
+
+
+def test_report_command_names_skipped_folders(results, tmp_path):
+    out = CliRunner().invoke(
+        main, ["report", "--results", str(results), "--out", str(tmp_path / "rep")]
+    )
+    assert out.exit_code == 0
+    assert "skipped corrupt" in out.output and "skipped half: unfinished" in out.output
+
+
+def test_report_with_no_runs(tmp_path):
+    written, problems = write_report(tmp_path / "none", tmp_path / "rep")
+    assert problems == [] and [p.name for p in written] == ["README.md"]
+    assert "No finished runs" in (tmp_path / "rep" / "README.md").read_text()
