@@ -182,6 +182,18 @@ def report(results, out):
         click.echo(str(path))
 
 
+@main.command()
+@click.option("--batch", default=128, show_default=True)
+def speed(batch):
+    """Benchmark: our vectorised lifted structure loss against PML's, as time ratios."""
+    from tabulate import tabulate
+
+    from bench.speed import lifted_benchmark
+
+    rows = lifted_benchmark(batch=batch)
+    click.echo(tabulate(rows, headers="keys", floatfmt=".4f", tablefmt="github"))
+
+
 @main.command(name="losses")
 def list_losses():
     """List the losses and miners with their default parameters."""

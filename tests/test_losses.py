@@ -51,15 +51,20 @@ def dist_table(r) -> dict[tuple[int, int], torch.Tensor]:
     return {(i, j): torch.sqrt(sq_dist(r[i], r[j])) for i in range(n) for j in range(n) if i != j}
 
 
+def val(t) -> float:
+    """A plain float of a 0-d tensor (no gradient)."""
+    return float(t.detach()) if torch.is_tensor(t) else float(t)
+
+
 def log_sum_exp(values: list[torch.Tensor]) -> torch.Tensor:
     """log(sum(exp(v))) with the largest value factored out."""
-    top = max(float(v) for v in values)
+    top = max(val(v) for v in values)
     return top + torch.log(sum(torch.exp(v - top) for v in values))
 
 
 def mean_nonzero(values: list[torch.Tensor]) -> torch.Tensor:
     """PML's AvgNonZeroReducer: the mean of the strictly positive values, 0 if there are none."""
-    kept = [v for v in values if float(v) > 0]
+    kept = [v for v in values if val(v) > 0]
     return sum(kept) / len(kept) if kept else torch.zeros((), dtype=F64)
 
 
@@ -83,7 +88,7 @@ def close(a, b, tol=1e-10):
 # NNGK
 # --------------------------------------------------------------------------------------------
 
-N_TRAIN, DIMS, K, SIGMA = 12, 4, 5, 1.0
+N_TRAIN, DIMS, K, SIGMA = 12, 4, 5, 1.3  # sigma != 1 so that sigma vs sigma^2 shows
 
 
 def brute_neighbours(centres: torch.Tensor, labels: torch.Tensor, k: int) -> list[list[int]]:
@@ -145,7 +150,7 @@ def make_nngk(dtype=torch.float32, seed=0, **params):
     loss = loss.to(dtype)
     with torch.no_grad():
         loss.log_weights.copy_(0.7 * torch.randn(N_TRAIN))
-    assert float(loss.log_weights.abs().min()) > 0
+    assert val(loss.log_weights.abs().min()) > 0
     loss.refresh(centres, centre_labels)
     return loss, centres.to(F64), centre_labels
 
@@ -156,6 +161,18 @@ def test_nngk_neighbour_lists_are_the_k_nearest_other_centres():
     assert loss.neighbours.tolist() == expected
     assert all(i not in expected[i] for i in range(N_TRAIN))
     assert loss.neighbours.shape == (N_TRAIN, K)
+
+
+def test_nngk_k_is_capped_at_the_other_training_examples():
+    loss = losses.build_loss("nngk", {"k": 100}, num_train=4, num_classes=2, dims=2)
+    assert loss.k == 3
+    torch.manual_seed(5)
+    centres, labels = torch.randn(4, 2), torch.tensor([0, 1, 0, 1])
+    loss.refresh(centres, labels)
+    assert loss.neighbours.tolist() == brute_neighbours(centres, labels, 3)
+    assert [sorted(r) for r in loss.neighbours.tolist()] == [
+        [j for j in range(4) if j != i] for i in range(4)
+    ]
 
 
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
@@ -211,7 +228,7 @@ def test_nngk_needs_refresh_and_indices():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_nngk_is_stable_far_from_every_centre(dtype):
-    loss, centres, centre_labels = make_nngk(dtype)
+    loss, centres, centre_labels = make_nngk(dtype, sigma=1.0)
     nbrs = brute_neighbours(centres, centre_labels, K)
     torch.manual_seed(2)
     idx = torch.tensor([0, 1, 2, 6, 9])
@@ -230,10 +247,10 @@ def test_nngk_is_stable_far_from_every_centre(dtype):
 
     # The direct formula underflows here (0/0), so compare with the same sum in log space.
     lw = loss.log_weights.detach().to(F64)
-    direct = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, SIGMA)
+    direct = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, 1.0)
     assert not torch.isfinite(direct)
-    ref = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, SIGMA, log_space=True)
-    assert float(ref) > 10  # a real, large loss, not a degenerate 0
+    ref = nngk_reference(x0, labels, idx, centres, centre_labels, lw, nbrs, 1.0, log_space=True)
+    assert val(ref) > 10  # a real, large loss, not a degenerate 0
     tol = 1e-10 if dtype == torch.float64 else 1e-3
     close(value.detach(), ref, tol)
 
@@ -296,7 +313,7 @@ def test_nngk_example_whose_class_has_no_other_member_contributes_nothing():
     loss, centres, labels = fallback_case()
     x = torch.tensor([[9.5, 10.2]], requires_grad=True)
     value = loss(x, labels[[6]], torch.tensor([6]))
-    assert torch.isfinite(value) and float(value) == 0.0
+    assert torch.isfinite(value) and val(value) == 0.0
     value.backward()
     assert float(x.grad.abs().max()) == 0.0
 
@@ -329,7 +346,10 @@ def test_nngk_class_probabilities_match_eq3_loop():
     expected = torch.zeros(len(q), num_classes, dtype=F64)
     for a in range(len(q)):
         nearest = sorted(range(n), key=lambda j: float(sq_dist(q[a], c[j])))[:k]
-        den = sum(math.exp(float(log_w[j])) * math.exp(-float(sq_dist(q[a], c[j])) / (2 * sigma**2)) for j in nearest)
+        den = sum(
+            math.exp(float(log_w[j])) * math.exp(-float(sq_dist(q[a], c[j])) / (2 * sigma**2))
+            for j in nearest
+        )
         for j in nearest:
             w_f = math.exp(float(log_w[j])) * math.exp(-float(sq_dist(q[a], c[j])) / (2 * sigma**2))
             expected[a, int(centre_labels[j])] += w_f / den
@@ -365,7 +385,7 @@ def lifted_reference(x, labels, margin=1.0):
             if i == j or y[i] != y[j]:
                 continue
             s = sum(torch.exp(margin - dist[i, k]) for k in range(n) if y[k] != y[i])
-            s = s + sum(torch.exp(margin - dist[j, l]) for l in range(n) if y[l] != y[j])
+            s = s + sum(torch.exp(margin - dist[j, q]) for q in range(n) if y[q] != y[j])
             j_ij = torch.log(s) + dist[i, j]
             per_pair.append(torch.clamp(j_ij, min=0) ** 2 / 2)
     return sum(per_pair) / len(per_pair)
@@ -386,7 +406,7 @@ def test_lifted_matches_pml_and_eq4_loop(seed, labels):
     ref = lifted_reference(x_ref, y)
     (g_ref,) = grad_of(ref, x_ref)
 
-    assert float(ref) > 0
+    assert val(ref) > 0
     close(value, pml)
     close(g, g_pml)
     close(value, ref)
@@ -402,7 +422,7 @@ def test_lifted_margins_match_pml():
     value = lifted_structure_loss(x, y, neg_margin=0.7, pos_margin=0.2)
     pml = PMLLiftedStructureLoss(neg_margin=0.7, pos_margin=0.2)(x0, y)
     close(value, pml)
-    assert abs(float(value) - float(lifted_reference(x0, y))) > 1e-3
+    assert abs(val(value) - val(lifted_reference(x0, y))) > 1e-3
 
 
 # --------------------------------------------------------------------------------------------
@@ -439,10 +459,10 @@ def test_contrastive_matches_pair_loop(params):
     close(value, ref)
     close(g, g_ref)
     # The batch makes the reducer matter: some pairs have zero loss, the plain mean differs.
-    zero_pairs = [v for v in pos + neg if float(v) == 0]
+    zero_pairs = [v for v in pos + neg if val(v) == 0]
     assert zero_pairs
     plain = sum(pos) / len(pos) + sum(neg) / len(neg)
-    assert abs(float(plain) - float(ref)) > 1e-3
+    assert abs(val(plain) - val(ref)) > 1e-3
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,7 +484,7 @@ def triplet_reference(x, labels, margin, semihard_margin=None):
             for q in range(n):
                 if y[q] == y[a]:
                     continue
-                gap = float(dist[a, q]) - float(dist[a, p])
+                gap = val(dist[a, q]) - val(dist[a, p])
                 if semihard_margin is not None and not (0 < gap <= semihard_margin):
                     continue
                 terms.append(torch.clamp(dist[a, p] - dist[a, q] + margin, min=0))
@@ -519,7 +539,7 @@ def test_triplet_semihard_uses_the_loss_margin(margin):
     if margin > 0.2:
         # Had the miner kept PML's default margin (0.2), the value would differ.
         wrong, _ = triplet_reference(x0, y, margin, semihard_margin=0.2)
-        assert abs(float(wrong) - float(ref)) > 1e-3
+        assert abs(val(wrong) - val(ref)) > 1e-3
 
 
 # --------------------------------------------------------------------------------------------
@@ -588,7 +608,9 @@ def nca_reference(x, labels, scale):
         if not any(y[j] == y[i] for j in range(n) if j != i):
             continue
         den = sum(torch.exp(-scale * sq_dist(u[i], u[k])) for k in range(n) if k != i)
-        num = sum(torch.exp(-scale * sq_dist(u[i], u[j])) for j in range(n) if j != i and y[j] == y[i])
+        num = sum(
+            torch.exp(-scale * sq_dist(u[i], u[j])) for j in range(n) if j != i and y[j] == y[i]
+        )
         per_example.append(-torch.log(num / den))
     return sum(per_example) / len(per_example), len(per_example)
 
@@ -635,7 +657,9 @@ def test_softmax_matches_log_softmax_loop():
     r = rows(x_ref)
     total = 0.0
     for i in range(len(r)):
-        logits = [sum(w_ref[c, t] * r[i][t] for t in range(dims)) + b_ref[c] for c in range(num_classes)]
+        logits = [
+            sum(w_ref[c, t] * r[i][t] for t in range(dims)) + b_ref[c] for c in range(num_classes)
+        ]
         total = total - (logits[int(y[i])] - log_sum_exp(logits))
     ref = total / len(r)
     gx_ref, gw_ref, gb_ref = grad_of(ref, x_ref, w_ref, b_ref)
