@@ -36,7 +36,8 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         if missing:
             problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
             continue
-        rows.append({**metrics, "run": run_dir.name})
+        init = metrics.get("untrained_network") or {}
+        rows.append({**metrics, "run": run_dir.name, "init_map@r": init.get("map@r")})
     df = pd.DataFrame(rows)
     if len(df):
         df["miner"] = df.get("miner", pd.Series([None] * len(df))).fillna("")
@@ -48,7 +49,7 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """Mean and std over seeds per method and embedding size, baseline first."""
     grouped = df.groupby(["method", "dims"], sort=True)
-    table = grouped[list(METRIC_KEYS)].agg(["mean", "std"])
+    table = grouped[[*METRIC_KEYS, "init_map@r"]].agg(["mean", "std"])
     table.columns = [f"{m}_{s}" for m, s in table.columns]
     table["runs"] = grouped.size()
     table = table.reset_index()
@@ -57,6 +58,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell(mean: float, std: float) -> str:
+    if pd.isna(mean):
+        return "-"
     text = f"{100 * mean:.2f}"
     return text if pd.isna(std) else f"{text} ± {100 * std:.2f}"
 
@@ -66,17 +69,18 @@ def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
         [
             r["method"],
             int(r["dims"]),
-            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in METRIC_KEYS),
+            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in (*METRIC_KEYS, "init_map@r")),
             int(r["runs"]),
         ]
         for _, r in summary.iterrows()
     ]
-    headers = ["loss", "dims", *COLUMNS.values(), "runs"]
+    headers = ["loss", "dims", *COLUMNS.values(), "MAP@R at init", "runs"]
     body = tabulate(rows, headers=headers, tablefmt="github")
     return (
         f"# {dataset}: embedding results on the test split\n\n"
         "Metrics x100, mean ± std over seeds (runs = number of seeds). The untrained row "
-        "evaluates the raw test inputs.\n\n" + body + "\n"
+        "evaluates the raw test inputs; MAP@R at init is each run's network before any "
+        "training, evaluated the same way.\n\n" + body + "\n"
     )
 
 

@@ -83,17 +83,6 @@ def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, epoch_seed: 
     return DataLoader(data.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
 
 
-def checkpoint_state(model, loss, optimizer, epoch, best, history) -> dict:
-    return {
-        "model": model.state_dict(),
-        "loss": loss.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "epoch": epoch,
-        "best": best,
-        "history": history,
-    }
-
-
 class Trainer:
     """Trains one configuration into its run folder, resuming from its last checkpoint."""
 
@@ -150,25 +139,47 @@ class Trainer:
             count += 1
         return total / max(count, 1)
 
-    def validate(self) -> dict:
-        emb, labels = embed(self.model, self.data.val, self.device, self.loss.normalize_embeddings)
-        return evaluate(emb.numpy(), labels, seed=self.cfg.seed)
+    def evaluate_split(self, split: Dataset) -> tuple[dict, np.ndarray, np.ndarray]:
+        emb, labels = embed(self.model, split, self.device, self.loss.normalize_embeddings)
+        return evaluate(emb.numpy(), labels, seed=self.cfg.seed), emb.numpy(), labels
+
+    def save_checkpoint(self, progress: dict) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "progress": progress,
+        }
+        store.atomic_torch_save(self.run_dir / store.CHECKPOINT, state)
+
+    def start_or_resume(self) -> dict:
+        """The progress so far: from the last checkpoint, or a fresh start."""
+        ckpt_path = self.run_dir / store.CHECKPOINT
+        if ckpt_path.is_file():
+            state = torch.load(ckpt_path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.loss.load_state_dict(state["loss"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            return state["progress"]
+        store.atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+        # The network before any metric training: a baseline for what training adds.
+        untrained, _, _ = self.evaluate_split(self.data.test)
+        return {
+            "epoch": 0,
+            "history": [],
+            "untrained_network": untrained,
+            "best": {"score": -1.0, "epoch": 0, "model": None},
+        }
 
     def fit(self) -> dict:
         """Train (or resume), select the checkpoint on validation, evaluate it on test."""
         cfg = self.cfg
-        ckpt_path = self.run_dir / store.CHECKPOINT
-        start, best, history = 0, {"score": -1.0, "epoch": -1, "model": None}, []
-        if ckpt_path.is_file():
-            state = torch.load(ckpt_path, map_location=self.device, weights_only=False)
-            self.model.load_state_dict(state["model"])
-            self.loss.load_state_dict(state["loss"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            start, best, history = state["epoch"], state["best"], state["history"]
-        else:
-            store.atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+        progress = self.start_or_resume()
         bar = tqdm(
-            range(start, cfg.epochs), desc=self.run_dir.name, initial=start, total=cfg.epochs
+            range(progress["epoch"], cfg.epochs),
+            desc=self.run_dir.name,
+            initial=progress["epoch"],
+            total=cfg.epochs,
         )
         for epoch in bar:
             t0 = time.perf_counter()
@@ -177,9 +188,9 @@ class Trainer:
             if interval and epoch % interval == 0:
                 self.refresh()
             train_loss = self.train_epoch(epoch)
-            val = self.validate()
-            if val[SELECT_BY] > best["score"]:
-                best = {
+            val, _, _ = self.evaluate_split(self.data.val)
+            if val[SELECT_BY] > progress["best"]["score"]:
+                progress["best"] = {
                     "score": val[SELECT_BY],
                     "epoch": epoch + 1,
                     "model": copy.deepcopy(self.model.state_dict()),
@@ -188,26 +199,25 @@ class Trainer:
             row.update({f"val_{k}": val[k] for k in METRIC_KEYS})
             row.update(self.loss.epoch_stats())
             row["seconds"] = time.perf_counter() - t0
-            history.append(row)
+            progress["history"].append(row)
+            progress["epoch"] = epoch + 1
             bar.set_postfix(loss=f"{train_loss:.3f}", val_map_r=f"{val[SELECT_BY]:.3f}")
-            state = checkpoint_state(
-                self.model, self.loss, self.optimizer, epoch + 1, best, history
-            )
-            store.atomic_torch_save(ckpt_path, state)
-            store.atomic_write_text(
-                self.run_dir / store.HISTORY, pd.DataFrame(history).to_csv(index=False)
-            )
-        return self.finish(best)
+            self.save_checkpoint(progress)
+            history = pd.DataFrame(progress["history"]).to_csv(index=False)
+            store.atomic_write_text(self.run_dir / store.HISTORY, history)
+        return self.finish(progress)
 
-    def finish(self, best: dict) -> dict:
+    def finish(self, progress: dict) -> dict:
+        best = progress["best"]
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
-        emb, labels = embed(self.model, self.data.test, self.device, self.loss.normalize_embeddings)
-        metrics = evaluate(emb.numpy(), labels, seed=self.cfg.seed)
-        store.atomic_save_npz(
-            self.run_dir / store.EMBEDDINGS, embeddings=emb.numpy(), labels=labels
+        metrics, emb, labels = self.evaluate_split(self.data.test)
+        store.atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+        metrics.update(
+            run_summary(
+                self.cfg, best_epoch=best["epoch"], untrained_network=progress["untrained_network"]
+            )
         )
-        metrics.update(run_summary(self.cfg, best_epoch=best["epoch"]))
         store.atomic_write_json(self.run_dir / store.METRICS, metrics)
         return metrics
 
@@ -219,6 +229,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "miner": cfg.loss_params.get("miner"),
         "dims": cfg.dims,
         "seed": cfg.seed,
+        "backbone": cfg.backbone,
         "epochs": cfg.epochs,
         **extra,
     }

@@ -12,6 +12,8 @@ KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")
 def fake_run(results, name, loss, dims, seed, value, miner=None):
     metrics = {k: value for k in KEYS}
     metrics.update(dataset="digits", loss=loss, miner=miner, dims=dims, seed=seed)
+    if loss != "untrained":
+        metrics["untrained_network"] = {k: value / 2 for k in KEYS}
     atomic_write_json(results / name / "metrics.json", metrics)
 
 
@@ -49,10 +51,23 @@ def test_report_writes_table_csv_plot_and_index(results, tmp_path):
     md = (out / "digits.md").read_text()
     lines = [line for line in md.splitlines() if line.startswith("|")]
     header = [c.strip() for c in lines[0].split("|")[1:-1]]
-    assert header == ["loss", "dims", "R@1", "R@2", "R@4", "R@8", "NMI", "MAP@R", "runs"]
+    assert header == [
+        "loss",
+        "dims",
+        "R@1",
+        "R@2",
+        "R@4",
+        "R@8",
+        "NMI",
+        "MAP@R",
+        "MAP@R at init",
+        "runs",
+    ]
     assert "untrained (raw inputs)" in lines[2]
     nngk64 = next(line for line in lines if line.startswith("| nngk ") and " 64 " in line)
     assert "75.00 ± 7.07" in nngk64 and nngk64.rstrip("| ").endswith("2")
+    assert "37.50 ± 3.54" in nngk64  # the networks before training
+    assert lines[2].split("|")[9].strip() == "-"  # raw inputs have no network
     assert (out / "digits.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     csv = pd.read_csv(out / "digits.csv")
     assert len(csv) == 4
