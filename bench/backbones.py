@@ -70,9 +70,9 @@ def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
-def _check_name(name: str) -> None:
+def check_backbone(name: str) -> None:
     if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; valid names: {', '.join(BACKBONES)}")
+        raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")
 
 
 def _model_kwargs(name: str, pretrained: str) -> dict[str, bool]:
@@ -168,7 +168,7 @@ def build_backbone(
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
     a state dict of the full torchvision classification model.
     """
-    _check_name(name)
+    check_backbone(name)
     if name == "small_cnn":
         if pretrained != "none":
             raise ValueError(f"small_cnn has no pretrained weights; got pretrained={pretrained!r}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bench import store
-from bench.backbones import BACKBONES
+from bench.backbones import BACKBONES, check_backbone
 from bench.config import make_configs
 from bench.data import check_dataset
 
@@ -33,8 +33,8 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
 
 def loss_params_from(loss: str, miner, sigma, k, update_interval, margin) -> dict:
     """The loss parameters given on the command line, checked against what the loss takes."""
-    from losses import get_loss_class, loss_defaults  # noqa: F401  (registers every loss)
-    from miners import miner_names
+    from losses import loss_defaults
+    from miners import MINERS
 
     given = {
         "miner": miner,
@@ -49,29 +49,20 @@ def loss_params_from(loss: str, miner, sigma, k, update_interval, margin) -> dic
         if name not in defaults:
             option = "--" + name.replace("_", "-")
             takes = ", ".join(defaults) or "no parameters"
-            raise click.ClickException(f"loss {loss!r} does not take {option}; it takes: {takes}")
-    if "miner" in given and given["miner"] not in miner_names():
-        raise click.ClickException(
-            f"unknown miner {given['miner']!r}; expected one of: {', '.join(miner_names())}"
-        )
+            raise ValueError(f"loss {loss!r} does not take {option}; it takes: {takes}")
+    if "miner" in given:
+        MINERS.get_class(given["miner"])
     return given
 
 
 def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
-    from losses import loss_names
+    """A ValueError naming the valid choices for an unknown loss, data set or backbone."""
+    from losses import get_loss_class
 
-    if loss not in loss_names():
-        raise click.ClickException(
-            f"unknown loss {loss!r}; expected one of: {', '.join(loss_names())}"
-        )
-    try:
-        check_dataset(dataset)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    if backbone is not None and backbone not in BACKBONES:
-        raise click.ClickException(
-            f"unknown backbone {backbone!r}; expected one of: {', '.join(BACKBONES)}"
-        )
+    get_loss_class(loss)
+    check_dataset(dataset)
+    if backbone is not None:
+        check_backbone(backbone)
 
 
 @click.group()
@@ -121,10 +112,13 @@ def run(
     device,
 ):
     """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
-    check_choices(loss, dataset, backbone)
+    try:
+        check_choices(loss, dataset, backbone)
+        params = loss_params_from(loss, miner, sigma, k, update_interval, margin)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
     seeds = parse_ints(seed, "--seed")
-    params = loss_params_from(loss, miner, sigma, k, update_interval, margin)
     import torch
 
     from bench.trainer import Trainer, run_baseline

@@ -34,6 +34,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def epoch_seed(cfg: RunConfig, epoch: int) -> int:
+    """Every epoch's randomness derives from the run seed and the epoch alone, so that a run
+    resumed at an epoch boundary continues exactly as an uninterrupted one."""
+    return cfg.seed * 100_003 + epoch
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -70,7 +76,7 @@ def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
     return batch_size
 
 
-def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, epoch_seed: int) -> DataLoader:
+def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -> DataLoader:
     """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
     labels = np.asarray(data.train.labels)
     if loss.class_balanced:
@@ -78,7 +84,7 @@ def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, epoch_seed: 
         # A new sampler each epoch: MPerClassSampler shuffles its label list in place.
         sampler = MPerClassSampler(labels, m, cfg.batch_size, length_before_new_iter=len(labels))
     else:
-        gen = torch.Generator().manual_seed(epoch_seed)
+        gen = torch.Generator().manual_seed(seed)
         sampler = RandomSampler(data.train, generator=gen)
     return DataLoader(data.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
 
@@ -124,7 +130,7 @@ class Trainer:
         self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
 
     def train_epoch(self, epoch: int) -> float:
-        loader = epoch_loader(self.cfg, self.loss, self.data, self.cfg.seed * 100_003 + epoch)
+        loader = epoch_loader(self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch))
         self.model.train()
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
@@ -183,7 +189,7 @@ class Trainer:
         )
         for epoch in bar:
             t0 = time.perf_counter()
-            seed_everything(cfg.seed * 100_003 + epoch)
+            seed_everything(epoch_seed(cfg, epoch))
             interval = self.loss.refresh_interval
             if interval and epoch % interval == 0:
                 self.refresh()

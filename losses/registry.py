@@ -1,35 +1,20 @@
-"""Losses by name, filled by the `register_loss` decorator (as timm registers models)."""
+"""Losses by name, filled by the `register_loss` decorator."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
+from bench.registry import Registry
 from losses.base import BenchLoss
 
-LOSSES: dict[str, type[BenchLoss]] = {}
+LOSSES = Registry("loss")
+register_loss = LOSSES.register
+loss_names = LOSSES.names
+get_loss_class = LOSSES.get_class
 
 # Values the trainer passes to any loss whose constructor names them; not user parameters.
 CONTEXT_ARGS = ("num_train", "num_classes", "dims")
-
-
-def register_loss(name: str):
-    def add(cls: type[BenchLoss]) -> type[BenchLoss]:
-        LOSSES[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return add
-
-
-def loss_names() -> list[str]:
-    return sorted(LOSSES)
-
-
-def get_loss_class(name: str) -> type[BenchLoss]:
-    if name not in LOSSES:
-        raise ValueError(f"unknown loss {name!r}; expected one of: {', '.join(loss_names())}")
-    return LOSSES[name]
 
 
 def loss_defaults(name: str) -> dict[str, Any]:

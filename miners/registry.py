@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from torch import nn
 
-MINERS: dict[str, type[nn.Module]] = {}
+from bench.registry import Registry
 
-
-def register_miner(name: str):
-    def add(cls: type[nn.Module]) -> type[nn.Module]:
-        MINERS[name] = cls
-        cls.registry_name = name
-        return cls
-
-    return add
-
-
-def miner_names() -> list[str]:
-    return sorted(MINERS)
+MINERS = Registry("miner")
+register_miner = MINERS.register
+miner_names = MINERS.names
 
 
 def build_miner(name: str, margin: float) -> nn.Module:
     """A triplet miner whose margin is the loss's own (PML's miner default differs from it)."""
-    if name not in MINERS:
-        raise ValueError(f"unknown miner {name!r}; expected one of: {', '.join(miner_names())}")
-    return MINERS[name](margin=margin)
+    return MINERS.get_class(name)(margin=margin)
