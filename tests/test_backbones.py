@@ -18,7 +18,7 @@ from bench.backbones import (
 
 DIMS = 8
 FEAT_DIMS = {
-    "small_cnn": 128,
+    "small_cnn": 1024,
     "googlenet": 1024,
     "resnet18": 512,
     "resnet50": 2048,
@@ -40,10 +40,11 @@ def _three_channel_input(name: str) -> torch.Tensor:
 
 
 def test_small_cnn_shapes() -> None:
+    # The last maps are pooled to a 4x4 grid whatever the input size: 2 * width * 16 features.
     net = SmallCNN(in_channels=3, width=16)
-    assert net.out_features == 32
-    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 32)
-    assert SmallCNN()(torch.randn(2, 1, 8, 8)).shape == (2, 128)
+    assert net.out_features == 512
+    assert net(torch.randn(2, 3, 32, 32)).shape == (2, 512)
+    assert SmallCNN()(torch.randn(2, 1, 8, 8)).shape == (2, 1024)
 
 
 @pytest.mark.parametrize("name", ["small_cnn", "resnet18", "googlenet", "alexnet"])
@@ -70,7 +71,7 @@ def test_heavy_backbones_feat_dim(name: str) -> None:
 
 def test_build_backbone_returns_dims_and_channels() -> None:
     _, feat_dim, channels = build_backbone("small_cnn", in_channels=1)
-    assert (feat_dim, channels) == (128, 1)
+    assert (feat_dim, channels) == (1024, 1)
     _, feat_dim, channels = build_backbone("resnet18", in_channels=1)
     assert (feat_dim, channels) == (512, 3)
 
