@@ -1,0 +1,37 @@
+"""What every data-set reader returns, and its one-line error for a missing or bad layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+# path: absolute image path; label: the data set's own class id (see each reader);
+# class_name; x1, y1, x2, y2: bounding box in pixels (NaN where the data set has none);
+# split: the data set's official split ("train", "val", "test"), "" where it has none.
+COLUMNS = ("path", "label", "class_name", "x1", "y1", "x2", "y2", "split")
+
+
+class DatasetError(ValueError):
+    """A data set that is missing or malformed; the message is one line."""
+
+
+def require(path: Path, dataset: str, layout: str, source: str) -> Path:
+    """`path` if it exists, else a DatasetError naming it, the expected layout and the source."""
+    if not Path(path).exists():
+        raise DatasetError(f"{dataset}: {path} not found; expected {layout}; get it from {source}")
+    return Path(path)
+
+
+def image_table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
+    """A table with exactly COLUMNS (missing boxes as NaN), in a stable order."""
+    df = pd.DataFrame(rows)
+    for col in ("x1", "y1", "x2", "y2"):
+        if col not in df:
+            df[col] = float("nan")
+    if "split" not in df:
+        df["split"] = ""
+    extra = [c for c in df.columns if c not in COLUMNS]
+    df = df[list(COLUMNS) + extra]
+    df["label"] = df["label"].astype("int64")
+    return df.reset_index(drop=True)

@@ -1,0 +1,66 @@
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bench.sources.base import COLUMNS, DatasetError
+from bench.sources.folder import read_folder
+from tests.fixtures.folder import class_image, class_names, make_folder
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_folder(tmp_path_factory.mktemp("folder"))
+
+
+def _error(root: Path) -> str:
+    with pytest.raises(DatasetError) as info:
+        read_folder(root)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_reads_one_label_per_sorted_class_folder(root: Path) -> None:
+    df = read_folder(root)
+    names = class_names(3)
+    assert names != sorted(names)
+    assert list(df.columns) == list(COLUMNS)
+    assert len(df) == 3 * 4 and df.class_name.value_counts().to_dict() == dict.fromkeys(names, 4)
+    assert df.label.tolist() == [sorted(names).index(n) for n in df.class_name]
+    assert (df.split == "").all() and df[["x1", "y1", "x2", "y2"]].isna().all().all()
+    assert all(Path(p).is_absolute() and Path(p).is_file() for p in df.path)
+
+
+def test_counts_nested_and_upper_case_images_and_ignores_the_rest(root: Path) -> None:
+    paths = read_folder(root).path
+    assert paths.str.contains("/nested/").sum() == 3 and paths.str.endswith(".PNG").sum() == 3
+    assert not paths.str.contains(r"/\.").any()  # no hidden file or folder
+    assert paths.str.lower().str.endswith((".jpg", ".png")).all()
+
+
+def test_class_folder_without_images_is_skipped(tmp_path: Path) -> None:
+    root = make_folder(tmp_path, classes=2, per_class=1)
+    (root / "aaa_empty").mkdir()
+    (root / "aaa_empty" / "readme.txt").write_text("no images here\n")
+    df = read_folder(root)
+    assert sorted(set(df.class_name)) == sorted(class_names(2)) and set(df.label) == {0, 1}
+
+
+def test_missing_root_is_named(tmp_path: Path) -> None:
+    assert str(tmp_path / "absent") in _error(tmp_path / "absent")
+
+
+def test_root_without_class_folders(tmp_path: Path) -> None:
+    class_image(0, 0).save(tmp_path / "loose.jpg")
+    (tmp_path / ".hidden").mkdir()
+    message = _error(tmp_path)
+    assert str(tmp_path) in message and "class" in message
+
+
+def test_fewer_than_two_classes_with_images(tmp_path: Path) -> None:
+    root = make_folder(tmp_path, classes=2, per_class=2)
+    shutil.rmtree(root / class_names(2)[1])
+    (root / "empty").mkdir()
+    message = _error(root)
+    assert str(root) in message and "1 class folder" in message
