@@ -17,6 +17,7 @@ from bench import store  # noqa: E402
 from bench.evaluate import METRIC_KEYS  # noqa: E402
 
 BASELINE_LOSS = "untrained"
+RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
 COLUMNS = {
     "recall@1": "R@1",
     "recall@2": "R@2",
@@ -42,7 +43,7 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
     if len(df):
         df["miner"] = df.get("miner", pd.Series([None] * len(df))).fillna("")
         df["method"] = df["loss"] + df["miner"].map(lambda m: f" ({m})" if m else "")
-        df.loc[df["loss"] == BASELINE_LOSS, "method"] = f"{BASELINE_LOSS} (raw inputs)"
+        df.loc[df["loss"] == BASELINE_LOSS, "method"] = RAW_BASELINE
     return df, problems
 
 
@@ -53,7 +54,7 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     table.columns = [f"{m}_{s}" for m, s in table.columns]
     table["runs"] = grouped.size()
     table = table.reset_index()
-    table["_order"] = (table["method"] != f"{BASELINE_LOSS} (raw inputs)").astype(int)
+    table["_order"] = (table["method"] != RAW_BASELINE).astype(int)
     return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
 
 
@@ -87,7 +88,7 @@ def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
 def plot(df: pd.DataFrame, dataset: str) -> bytes:
     trained = df[df["loss"] != BASELINE_LOSS]
     baseline = df[df["loss"] == BASELINE_LOSS]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
     for ax, key in zip(axes, ("recall@1", "nmi"), strict=True):
         if len(trained):
             sns.lineplot(
@@ -101,12 +102,16 @@ def plot(df: pd.DataFrame, dataset: str) -> bytes:
                 hue_order=sorted(trained["method"].unique()),
             )
         if len(baseline):
-            ax.axhline(baseline[key].mean(), color="gray", linestyle="--", label="untrained")
+            ax.axhline(baseline[key].mean(), color="gray", linestyle="--", label=RAW_BASELINE)
         ax.set_xscale("log", base=2)
         ax.set_title(f"{dataset}: {COLUMNS[key]} against embedding size")
         ax.set_ylabel(COLUMNS[key])
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.set_xticks(sorted(df["dims"].unique()), labels=sorted(df["dims"].unique()))
+        if ax.get_legend() is not None:
+            ax.get_legend().remove()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100, metadata={"Software": None})
     plt.close(fig)
