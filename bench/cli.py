@@ -12,6 +12,7 @@ from bench import store
 from bench.backbones import BACKBONES, check_backbone
 from bench.config import make_configs
 from bench.data import check_dataset
+from bench.protocols import PROTOCOLS
 
 DEFAULT_RESULTS = Path("results")
 
@@ -72,7 +73,18 @@ def main() -> None:
 
 @main.command()
 @click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
-@click.option("--dataset", default="digits", show_default=True)
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+)
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default="metric", show_default=True)
+@click.option(
+    "--data-root",
+    default=None,
+    help="Folder holding the data sets (default: $NNGK_DATA, else ~/data).",
+)
 @click.option("--dims", default=None, help="Embedding sizes, e.g. 64,512,1024 (one run each).")
 @click.option("--miner", default=None, help="Triplet miner (see `losses`).")
 @click.option("--epochs", type=int, default=None)
@@ -85,6 +97,9 @@ def main() -> None:
 @click.option("--margin", type=float, default=None, help="Triplet margin.")
 @click.option("--backbone", default=None, help=f"One of {', '.join(BACKBONES)}.")
 @click.option("--pretrained", default=None, help="imagenet, none, or a state-dict PATH.")
+@click.option("--resize", type=int, default=None, help="Images are resized to this square.")
+@click.option("--crop", type=int, default=None, help="Random (train) / centre (eval) crop.")
+@click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers.")
 @click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
@@ -94,6 +109,8 @@ def main() -> None:
 def run(
     loss,
     dataset,
+    protocol,
+    data_root,
     dims,
     miner,
     epochs,
@@ -106,6 +123,9 @@ def run(
     margin,
     backbone,
     pretrained,
+    resize,
+    crop,
+    workers,
     seed,
     results,
     force,
@@ -124,40 +144,45 @@ def run(
     from bench.trainer import Trainer, run_baseline
 
     dev = torch.device(device) if device else None
+    overrides = dict(
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        backbone=backbone,
+        pretrained=pretrained,
+        resize=resize,
+        crop=crop,
+        workers=workers,
+        data_root=data_root,
+    )
     configs = [
         c
         for s in seeds
         for c in make_configs(
-            dataset,
-            loss,
-            dims_list,
-            params,
-            epochs=epochs,
-            batch_size=batch_size,
-            lr=lr,
-            weight_decay=weight_decay,
-            backbone=backbone,
-            pretrained=pretrained,
-            seed=s,
+            dataset, loss, dims_list, params, protocol=protocol, seed=s, **overrides
         )
     ]
     try:
-        run_baseline(dataset, results)
+        run_baseline(configs[0], results, dev)
         for cfg in configs:
-            run_dir = results / cfg.run_id()
-            if store.is_finished(run_dir) and not force:
-                click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
-                continue
-            if force and run_dir.exists():
-                shutil.rmtree(run_dir)
-            metrics = Trainer(cfg, run_dir, dev).fit()
-            summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
-            click.echo(f"{run_dir}: {summary}")
+            train_one(cfg, results / cfg.run_id(), force, dev, Trainer)
     except KeyboardInterrupt:
         click.echo("interrupted; run the same command again to resume", err=True)
         sys.exit(130)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
+
+
+def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
+    if store.is_finished(run_dir) and not force:
+        click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
+        return
+    if force and run_dir.exists():
+        shutil.rmtree(run_dir)
+    metrics = trainer_cls(cfg, run_dir, device).fit()
+    summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+    click.echo(f"{run_dir}: {summary}")
 
 
 @main.command()

@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 from torch.utils.data import Dataset
 
-SPLIT_SEED = 0  # the validation split is the same for every run seed
+from bench.images import CachedImages, build_cache, eval_transform, train_transform
+from bench.protocols import make_splits
+from bench.sources.cars196 import read_cars196
+from bench.sources.cub import read_cub
+from bench.sources.flowers102 import read_flowers102
+from bench.sources.folder import read_folder
+from bench.sources.leafsnap import read_leafsnap
+from bench.sources.tinyimagenet import read_tinyimagenet
+
+READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
+    "cars196": read_cars196,
+    "cub": read_cub,
+    "tinyimagenet": read_tinyimagenet,
+    "flowers102": read_flowers102,
+    "leafsnap": read_leafsnap,
+}
+FOLDER_PREFIX = "folder:"
 
 
 class TensorImages(Dataset):
@@ -53,6 +71,8 @@ class DataSplits:
     test: Dataset
     in_channels: int
     num_train_classes: int
+    unseen: Dataset | None = None  # pairs protocol: test images of the unseen classes
+    class_names: tuple[str, ...] = ()
 
 
 def contiguous(labels: np.ndarray) -> np.ndarray:
@@ -60,52 +80,110 @@ def contiguous(labels: np.ndarray) -> np.ndarray:
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
-def carve_validation(labels: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified (train, validation) positions within a training split, fixed seed."""
-    positions = np.arange(len(labels))
-    if fraction <= 0:
-        return positions, positions[:0]
-    train, val = train_test_split(
-        positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
-    )
-    return np.sort(train), np.sort(val)
-
-
-def digits(val_fraction: float = 0.2, **_) -> DataSplits:
-    """scikit-learn's 8x8 digits; metric-learning protocol: classes 0-4 train, 5-9 test."""
+def digits(protocol: str = "metric", val_fraction: float = 0.2, **_) -> DataSplits:
+    """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test."""
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
     labels = data.target.astype(np.int64)
-    train_all = np.nonzero(labels < 5)[0]
-    test = np.nonzero(labels >= 5)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction)
-    train_idx, val_idx = train_all[tr], train_all[va]
-    train_labels = contiguous(labels[train_idx])
+    splits = make_splits(protocol, pd.DataFrame({"label": labels, "split": ""}), val_fraction)
+
+    def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
+        return TensorImages(images[rows], labels[rows], shift=shift)
+
     return DataSplits(
         name="digits",
-        train=TensorImages(images[train_idx], train_labels, shift=1),
-        train_eval=TensorImages(images[train_idx], train_labels),
-        val=TensorImages(images[val_idx], contiguous(labels[val_idx])),
-        test=TensorImages(images[test], contiguous(labels[test])),
+        train=part(splits.train, shift=1),
+        train_eval=part(splits.train),
+        val=part(splits.val),
+        test=part(splits.test),
         in_channels=1,
-        num_train_classes=5,
+        num_train_classes=len(np.unique(labels[splits.train])),
+        unseen=part(splits.unseen) if len(splits.unseen) else None,
+        class_names=tuple(str(c) for c in range(10)),
     )
 
 
-DATASETS: dict[str, Callable[..., DataSplits]] = {"digits": digits}
+def default_data_root() -> Path:
+    return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
+
+
+def cache_dir_for(root: Path) -> Path:
+    """$NNGK_CACHE, else `.nngk-cache` beside the data, else the user's cache folder."""
+    if os.environ.get("NNGK_CACHE"):
+        return Path(os.environ["NNGK_CACHE"])
+    beside = Path(root) / ".nngk-cache"
+    if os.access(root, os.W_OK) or os.access(beside, os.W_OK):
+        return beside
+    return Path.home() / ".cache" / "nngk-bench"
+
+
+def read_table(name: str, data_root: Path) -> tuple[pd.DataFrame, Path]:
+    """The image table of a data set and the folder it was read from."""
+    if name.startswith(FOLDER_PREFIX):
+        root = Path(name[len(FOLDER_PREFIX) :]).expanduser()
+        return read_folder(root), root
+    return READERS[name](Path(data_root)), Path(data_root)
+
+
+def image_splits(
+    name: str,
+    protocol: str = "metric",
+    val_fraction: float = 0.2,
+    data_root: Path | None = None,
+    resize: int = 256,
+    crop: int = 224,
+    pad: int = 0,
+) -> DataSplits:
+    """An image data set under a protocol: decoded once into the cache, then transformed."""
+    table, root = read_table(name, data_root or default_data_root())
+    if "source" in table and protocol == "classify":  # Leafsnap: the field images only
+        table = table[table["source"] == "field"].reset_index(drop=True)
+    splits = make_splits(protocol, table, val_fraction)
+    cache = build_cache(
+        table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
+    )
+    labels = contiguous(table["label"].to_numpy())
+    train_tf, eval_tf = train_transform(crop, pad=pad), eval_transform(crop)
+
+    def part(rows: np.ndarray, transform) -> CachedImages:
+        return CachedImages(cache, rows, labels[rows], transform)
+
+    names = table.drop_duplicates("label").sort_values("label")["class_name"]
+    return DataSplits(
+        name=name,
+        train=part(splits.train, train_tf),
+        train_eval=part(splits.train, eval_tf),
+        val=part(splits.val, eval_tf),
+        test=part(splits.test, eval_tf),
+        in_channels=3,
+        num_train_classes=len(np.unique(labels[splits.train])),
+        unseen=part(splits.unseen, eval_tf) if len(splits.unseen) else None,
+        class_names=tuple(names.astype(str)),
+    )
+
+
+def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
+    """Bounding boxes to crop to: the classify protocol, for data sets that have them."""
+    box_cols = ["x1", "y1", "x2", "y2"]
+    if protocol != "classify" or table[box_cols].isna().all().all():
+        return None
+    return [None if np.isnan(b).any() else list(b) for b in table[box_cols].to_numpy(float)]
 
 
 def dataset_names() -> list[str]:
-    return sorted(DATASETS)
+    return ["digits", *sorted(READERS), f"{FOLDER_PREFIX}PATH"]
 
 
 def check_dataset(name: str) -> None:
-    if name not in DATASETS:
+    if name != "digits" and name not in READERS and not name.startswith(FOLDER_PREFIX):
         raise ValueError(
             f"unknown data set {name!r}; expected one of: {', '.join(dataset_names())}"
         )
 
 
-def load_dataset(name: str, val_fraction: float = 0.2) -> DataSplits:
+def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2, **image_opts):
+    """The splits of a data set under a protocol; `image_opts` go to `image_splits`."""
     check_dataset(name)
-    return DATASETS[name](val_fraction=val_fraction)
+    if name == "digits":
+        return digits(protocol, val_fraction)
+    return image_splits(name, protocol, val_fraction, **image_opts)

@@ -56,12 +56,18 @@ def package_versions() -> dict[str, str]:
 
 @torch.no_grad()
 def embed(
-    model: torch.nn.Module, dataset: Dataset, device: torch.device, normalize: bool = False
+    model: torch.nn.Module,
+    dataset: Dataset,
+    device: torch.device,
+    normalize: bool = False,
+    features: bool = False,
+    workers: int = 0,
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """Embeddings of a whole split in eval mode (no dropout), in the split's order."""
+    """Embeddings (or the backbone's `features`) of a whole split in eval mode, in order."""
     model.eval()
-    loader = DataLoader(dataset, batch_size=256, shuffle=False)
-    out = [model(x.to(device)).float().cpu() for x, _, _ in loader]
+    forward = model.features if features else model
+    loader = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=workers)
+    out = [forward(x.to(device)).float().cpu() for x, _, _ in loader]
     emb = torch.cat(out)
     if normalize:
         emb = F.normalize(emb, dim=1)
@@ -86,7 +92,13 @@ def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -
     else:
         gen = torch.Generator().manual_seed(seed)
         sampler = RandomSampler(data.train, generator=gen)
-    return DataLoader(data.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=True)
+    return DataLoader(
+        data.train,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=cfg.workers,
+    )
 
 
 class Trainer:
@@ -97,7 +109,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.device = device or default_device()
         seed_everything(cfg.seed)
-        self.data = load_dataset(cfg.dataset, cfg.val_fraction)
+        self.data = load_data(cfg)
         self.model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels)
         self.loss = build_loss(
             cfg.loss,
@@ -126,7 +138,7 @@ class Trainer:
         }
 
     def refresh(self) -> None:
-        emb, labels = embed(self.model, self.data.train_eval, self.device)
+        emb, labels = embed(self.model, self.data.train_eval, self.device, workers=self.cfg.workers)
         self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
 
     def train_epoch(self, epoch: int) -> float:
@@ -146,7 +158,9 @@ class Trainer:
         return total / max(count, 1)
 
     def evaluate_split(self, split: Dataset) -> tuple[dict, np.ndarray, np.ndarray]:
-        emb, labels = embed(self.model, split, self.device, self.loss.normalize_embeddings)
+        emb, labels = embed(
+            self.model, split, self.device, self.loss.normalize_embeddings, workers=self.cfg.workers
+        )
         return evaluate(emb.numpy(), labels, seed=self.cfg.seed), emb.numpy(), labels
 
     def save_checkpoint(self, progress: dict) -> None:
@@ -241,21 +255,55 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
     }
 
 
-def run_baseline(dataset: str, results: Path, seed: int = 0) -> Path:
-    """The untrained baseline of a data set: its raw test inputs, evaluated like any run."""
-    data = load_dataset(dataset)
-    features = data.test.inputs()
-    cfg = RunConfig(dataset=dataset, loss="untrained", dims=features.shape[1], seed=seed, epochs=0)
-    run_dir = Path(results) / cfg.run_id()
+def load_data(cfg: RunConfig) -> DataSplits:
+    return load_dataset(
+        cfg.dataset,
+        cfg.protocol,
+        cfg.val_fraction,
+        data_root=cfg.data_root or None,
+        resize=cfg.resize,
+        crop=cfg.crop,
+        pad=cfg.pad,
+    )
+
+
+def baseline_features(cfg: RunConfig, data: DataSplits, device: torch.device):
+    """The untrained embedding of the test split: raw inputs where they are small vectors,
+    else the backbone's features (with its pretrained weights) before any metric training."""
+    if hasattr(data.test, "inputs"):
+        return data.test.inputs(), "raw inputs", "none", "none"
+    seed_everything(cfg.seed)
+    model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
+    features, _ = embed(model, data.test, device, features=True, workers=cfg.workers)
+    return features.numpy(), f"{cfg.backbone} features", cfg.backbone, cfg.pretrained
+
+
+def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = None) -> Path:
+    """The untrained baseline of a run's data set and backbone, evaluated like any run."""
+    device = device or default_device()
+    data = load_data(cfg)
+    features, kind, backbone, pretrained = baseline_features(cfg, data, device)
+    base = RunConfig(
+        dataset=cfg.dataset,
+        protocol=cfg.protocol,
+        loss="untrained",
+        dims=features.shape[1],
+        backbone=backbone,
+        pretrained=pretrained,
+        epochs=0,
+        resize=cfg.resize,
+        crop=cfg.crop,
+        val_fraction=cfg.val_fraction,
+        data_root=cfg.data_root,
+    )
+    run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         return run_dir
     labels = np.asarray(data.test.labels)
-    store.atomic_write_json(
-        run_dir / store.CONFIG,
-        {**cfg.to_dict(), "features": "raw inputs", "versions": package_versions()},
-    )
-    metrics = evaluate(features, labels, seed=seed)
+    record = {**base.to_dict(), "features": kind, "versions": package_versions()}
+    store.atomic_write_json(run_dir / store.CONFIG, record)
+    metrics = evaluate(features, labels, seed=base.seed)
     store.atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=features, labels=labels)
-    metrics.update(run_summary(cfg, features="raw inputs"))
+    metrics.update(run_summary(base, features=kind))
     store.atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

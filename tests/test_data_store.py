@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from bench import store
-from bench.data import carve_validation, load_dataset, random_shift
+from bench.data import load_dataset, random_shift
+from bench.protocols import carve_validation
 
 
 def test_digits_protocol_splits_classes_and_carves_validation_from_train():
@@ -21,7 +22,7 @@ def test_digits_protocol_splits_classes_and_carves_validation_from_train():
     val = {data.val.images[i].numpy().tobytes() for i in range(n_val)}
     assert not train & val
     x, y, i = data.test[3]
-    assert x.shape == (1, 8, 8) and i == 3 and 0 <= y < 5
+    assert x.shape == (1, 8, 8) and i == 3 and 5 <= y <= 9  # the digit itself
 
 
 def test_validation_split_is_stratified_and_fixed():
@@ -44,7 +45,7 @@ def test_train_items_are_shifted_and_eval_items_are_not():
 
 
 def test_unknown_dataset_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown data set 'cars'; expected one of: digits"):
+    with pytest.raises(ValueError, match="unknown data set 'cars'; expected one of: digits, cars196, cub"):
         load_dataset("cars")
 
 

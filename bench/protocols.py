@@ -1,0 +1,102 @@
+"""The source documents' three protocols as splits of a data set's image table.
+
+- metric (seed 000 §3.1): train on the first half of the classes (sorted by class id), test on
+  the rest; validation carved out of the training images.
+- classify (seed 000 §3.2): the same classes everywhere; the data set's official split where it
+  has one, validation carved from its training images where it has none (CUB 20 %, Cars196
+  30 %); 50/20/30 where there is no official split at all (Leafsnap field images).
+- pairs (seed 004): the first half of the classes are seen; their training images give the
+  training and validation splits, their official validation images the test split; the other
+  half are unseen, evaluated on their official validation images.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+PROTOCOLS = ("metric", "classify", "pairs")
+SPLIT_SEED = 0  # the splits are the same for every run seed
+
+
+@dataclass(frozen=True)
+class Splits:
+    """Positions into an image table; `unseen` only for the pairs protocol."""
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+def carve_validation(labels: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified (train, validation) positions within a training split, fixed seed."""
+    positions = np.arange(len(labels))
+    if fraction <= 0:
+        return positions, positions[:0]
+    train, val = train_test_split(
+        positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
+    )
+    return np.sort(train), np.sort(val)
+
+
+def first_half_classes(labels: np.ndarray) -> np.ndarray:
+    classes = np.unique(labels)
+    return classes[: len(classes) // 2]
+
+
+def metric_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
+    labels = table["label"].to_numpy()
+    is_train = np.isin(labels, first_half_classes(labels))
+    train_all, test = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
+    tr, va = carve_validation(labels[train_all], val_fraction)
+    return Splits(train_all[tr], train_all[va], test)
+
+
+def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
+    labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    if (split == "val").any():
+        return Splits(*(np.nonzero(split == s)[0] for s in ("train", "val", "test")))
+    if (split == "test").any():
+        train_all, test = np.nonzero(split == "train")[0], np.nonzero(split == "test")[0]
+    else:
+        train_all, test = three_way(labels)
+    tr, va = carve_validation(labels[train_all], val_fraction)
+    return Splits(train_all[tr], train_all[va], test)
+
+
+def three_way(labels: np.ndarray, test_fraction: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+    """(train + validation, test) positions, stratified, fixed seed."""
+    positions = np.arange(len(labels))
+    pool, test = train_test_split(
+        positions, test_size=test_fraction, stratify=labels, random_state=SPLIT_SEED
+    )
+    return np.sort(pool), np.sort(test)
+
+
+def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
+    labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    seen = np.isin(labels, first_half_classes(labels))
+    if (split == "val").any():
+        train_all = np.nonzero(seen & (split == "train"))[0]
+        test = np.nonzero(seen & (split == "val"))[0]
+        unseen = np.nonzero(~seen & (split == "val"))[0]
+    else:
+        seen_pos = np.nonzero(seen)[0]
+        pool, test_rel = three_way(labels[seen_pos], test_fraction=0.1)
+        train_all, test = seen_pos[pool], seen_pos[test_rel]
+        unseen = np.nonzero(~seen)[0]
+    tr, va = carve_validation(labels[train_all], val_fraction)
+    return Splits(train_all[tr], train_all[va], test, unseen)
+
+
+SPLITTERS = {"metric": metric_splits, "classify": classify_splits, "pairs": pairs_splits}
+
+
+def make_splits(protocol: str, table: pd.DataFrame, val_fraction: float) -> Splits:
+    if protocol not in SPLITTERS:
+        raise ValueError(f"unknown protocol {protocol!r}; expected one of: {', '.join(PROTOCOLS)}")
+    return SPLITTERS[protocol](table, val_fraction)

@@ -1,0 +1,216 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import bench.images as images
+from bench.cli import main
+from bench.data import boxes_for, image_splits, read_table
+from bench.images import CachedImages, build_cache, eval_transform, load_image, train_transform
+from bench.protocols import make_splits
+from bench.sources.cars196 import read_cars196
+from bench.sources.cub import read_cub
+from bench.sources.flowers102 import read_flowers102
+from bench.sources.leafsnap import read_leafsnap
+from bench.sources.tinyimagenet import read_tinyimagenet
+from tests.fixtures.cars196 import make_cars196
+from tests.fixtures.cub import make_cub
+from tests.fixtures.flowers102 import make_flowers102
+from tests.fixtures.folder import make_folder
+from tests.fixtures.leafsnap import make_leafsnap
+from tests.fixtures.tinyimagenet import make_tinyimagenet
+
+
+@pytest.fixture(scope="module")
+def cars(tmp_path_factory):
+    return make_cars196(tmp_path_factory.mktemp("cars"), classes=6, per_class=10)
+
+
+def test_metric_protocol_trains_on_the_first_half_of_the_classes(cars):
+    table = read_cars196(cars)
+    s = make_splits("metric", table, 0.2)
+    labels = table["label"].to_numpy()
+    assert set(labels[s.train]) == set(labels[s.val]) == {1, 2, 3}
+    assert set(labels[s.test]) == {4, 5, 6}
+    assert len(s.val) == 6 and len(s.train) == 24 and len(s.test) == 30  # all images, no boxes
+    assert not set(s.train) & set(s.val)
+    assert boxes_for(table, "metric") is None
+
+
+def test_classify_protocol_uses_the_official_split_and_carves_validation(tmp_path):
+    table = read_cub(make_cub(tmp_path, classes=4, per_class=10))
+    s = make_splits("classify", table, 0.2)
+    split = table["split"].to_numpy()
+    assert set(split[s.train]) == set(split[s.val]) == {"train"}
+    assert set(split[s.test]) == {"test"}
+    assert len(s.val) == pytest.approx(0.2 * (split == "train").sum(), abs=1)
+    labels = table["label"].to_numpy()
+    assert set(labels[s.train]) == set(labels[s.test]) == {1, 2, 3, 4}
+    boxes = boxes_for(table, "classify")
+    assert boxes[0] == table.loc[0, ["x1", "y1", "x2", "y2"]].tolist()
+
+
+def test_classify_protocol_keeps_flowers_own_validation_split(tmp_path):
+    table = read_flowers102(make_flowers102(tmp_path))
+    s = make_splits("classify", table, 0.0)
+    split = table["split"].to_numpy()
+    assert (split[s.train] == "train").all() and (split[s.val] == "val").all()
+    assert (split[s.test] == "test").all()
+    assert len(s.train) + len(s.val) + len(s.test) == len(table)
+
+
+def test_classify_protocol_splits_leafsnap_field_images_50_20_30(tmp_path):
+    root = make_leafsnap(tmp_path, species=4, lab_per_species=3, field_per_species=10)
+    table = read_leafsnap(root)
+    field = table[table["source"] == "field"].reset_index(drop=True)
+    s = make_splits("classify", field, 2 / 7)
+    assert (len(s.train), len(s.val), len(s.test)) == (20, 8, 12)
+    for part in (s.train, s.val, s.test):
+        assert set(field["label"].to_numpy()[part]) == {0, 1, 2, 3}
+
+
+def test_pairs_protocol_separates_seen_and_unseen_classes(tmp_path):
+    table = read_tinyimagenet(
+        make_tinyimagenet(tmp_path, classes=6, train_per_class=10, val_per_class=3)
+    )
+    s = make_splits("pairs", table, 0.1)
+    labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    assert set(labels[s.train]) == set(labels[s.val]) == set(labels[s.test]) == {0, 1, 2}
+    assert set(labels[s.unseen]) == {3, 4, 5}
+    assert (split[s.train] == "train").all() and (split[s.val] == "train").all()
+    assert (split[s.test] == "val").all() and (split[s.unseen] == "val").all()
+    assert len(s.val) == 3 and len(s.test) == 9 and len(s.unseen) == 9
+
+
+def test_image_cache_decodes_once_and_matches_direct_loading(cars, tmp_path, monkeypatch):
+    table = read_cars196(cars).head(5)
+    paths = table["path"].tolist()
+    boxes = boxes_for(table.assign(split="x"), "classify")
+    cache = build_cache(paths, boxes, 16, tmp_path / "cache", workers=1)
+    array = np.load(cache)
+    assert array.shape == (5, 16, 16, 3) and array.dtype == np.uint8
+    assert np.array_equal(array[2], load_image(paths[2], boxes[2], 16))
+    assert not np.array_equal(array[2], load_image(paths[2], None, 16))  # the box was applied
+    calls = []
+    monkeypatch.setattr(images, "load_image", lambda *a: calls.append(a))
+    assert build_cache(paths, boxes, 16, tmp_path / "cache") == cache
+    assert calls == []
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]
+    assert images.cache_key(paths, boxes, 8) != images.cache_key(paths, boxes, 16)
+    assert images.cache_key(paths, None, 16) != images.cache_key(paths, boxes, 16)
+
+
+def test_cached_images_apply_train_and_eval_transforms(cars, tmp_path):
+    table = read_cars196(cars).head(4)
+    cache = build_cache(table["path"].tolist(), None, 16, tmp_path, workers=1)
+    labels = np.array([7, 7, 8, 8])
+    train = CachedImages(cache, np.arange(4), labels, train_transform(12))
+    test = CachedImages(cache, np.arange(4), labels, eval_transform(12))
+    x, y, i = test[2]
+    assert x.shape == (3, 12, 12) and x.dtype == torch.float32 and (y, i) == (8, 2)
+    assert torch.equal(test[2][0], x)
+    torch.manual_seed(0)
+    assert any(not torch.equal(train[2][0], x) for _ in range(10))
+    raw = torch.from_numpy(np.load(cache)[2, 2:14, 2:14]).permute(2, 0, 1).float() / 255
+    mean = torch.tensor(images.IMAGENET_MEAN)[:, None, None]
+    std = torch.tensor(images.IMAGENET_STD)[:, None, None]
+    assert torch.allclose(x, (raw - mean) / std, atol=1e-6)
+
+
+def test_image_splits_label_space_and_unseen(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = make_tinyimagenet(tmp_path, classes=4, train_per_class=6, val_per_class=2)
+    data = image_splits("tinyimagenet", "pairs", 0.2, data_root=root, resize=16, crop=16)
+    assert set(data.train.labels) == {0, 1} and set(data.unseen.labels) == {2, 3}
+    assert data.num_train_classes == 2 and len(data.class_names) == 4
+    assert data.test[0][0].shape == (3, 16, 16)
+
+
+FAST = [
+    "--backbone",
+    "small_cnn",
+    "--pretrained",
+    "none",
+    "--resize",
+    "20",
+    "--crop",
+    "16",
+    "--epochs",
+    "1",
+    "--dims",
+    "8",
+    "--batch-size",
+    "8",
+]
+
+
+@pytest.mark.parametrize("loss", ["nngk", "triplet"])
+def test_metric_protocol_runs_end_to_end_on_a_miniature(cars, loss, tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--loss",
+            loss,
+            "--dataset",
+            "cars196",
+            "--data-root",
+            str(cars),
+            *FAST,
+            "--results",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    runs = {p.name.split("-")[1]: p for p in (tmp_path / "r").iterdir()}
+    metrics = json.loads((runs[loss] / "metrics.json").read_text())
+    assert metrics["dataset"] == "cars196" and metrics["dims"] == 8
+    saved = np.load(runs[loss] / "test_embeddings.npz")
+    assert sorted(set(saved["labels"])) == [3, 4, 5]  # the second half of the classes
+    baseline = json.loads((runs["untrained"] / "metrics.json").read_text())
+    assert baseline["features"] == "small_cnn features" and baseline["dims"] == 64 * 16
+
+
+def test_folder_dataset_runs_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = make_folder(tmp_path, classes=4, per_class=8)
+    assert len(read_table(f"folder:{root}", tmp_path)[0]) == 32
+    out = CliRunner().invoke(
+        main,
+        [
+            "run",
+            "--loss",
+            "softmax",
+            "--dataset",
+            f"folder:{root}",
+            *FAST,
+            "--results",
+            str(tmp_path / "r"),
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    (run,) = [p for p in (tmp_path / "r").iterdir() if "softmax" in p.name]
+    assert run.name.startswith("folder-") and (run / "metrics.json").is_file()
+
+
+@pytest.mark.parametrize("missing", [None, "bounding_boxes.txt"])
+def test_missing_data_is_a_one_line_error_naming_layout_and_source(missing, tmp_path):
+    root = tmp_path / "data"
+    root.mkdir()
+    if missing:
+        make_cub(root, classes=2, per_class=2)
+        (root / "CUB_200_2011" / missing).unlink()
+    dataset = "cub" if missing else "cars196"
+    out = CliRunner().invoke(
+        main,
+        ["run", "--dataset", dataset, "--data-root", str(root), "--results", str(tmp_path / "r")],
+    )
+    assert out.exit_code != 0
+    lines = out.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), out.output
+    assert (missing or "cars_annos.mat") in lines[0]
+    assert ("caltech" if missing else "stanford") in lines[0].lower()
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
