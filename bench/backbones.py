@@ -10,7 +10,19 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-BACKBONES = ("small_cnn", "googlenet", "resnet18", "resnet50", "vgg16", "alexnet")
+BACKBONES = (
+    "small_cnn",
+    "googlenet",
+    "resnet18",
+    "resnet50",
+    "vgg16",
+    "alexnet",
+    "vgg16_tiny",
+    "resnet18_tiny",
+    "resnet50_tiny",
+)
+
+EMBEDDINGS = ("fc", "gap")
 
 # Smallest input side each backbone runs on (smaller inputs are upsampled by EmbeddingNet).
 MIN_SIZES = {
@@ -20,6 +32,9 @@ MIN_SIZES = {
     "resnet50": 32,
     "vgg16": 32,
     "alexnet": 64,
+    "vgg16_tiny": 32,
+    "resnet18_tiny": 8,
+    "resnet50_tiny": 8,
 }
 
 FEATURE_DIMS = {
@@ -28,7 +43,25 @@ FEATURE_DIMS = {
     "resnet50": 2048,
     "vgg16": 4096,
     "alexnet": 4096,
+    "vgg16_tiny": 2048,
+    "resnet18_tiny": 512,
+    "resnet50_tiny": 2048,
 }
+
+# embedding="gap": channels of the last conv feature map, which is then also the embedding size.
+# vgg16 and alexnet have none: their embedding is FC7, as in the papers that use them.
+GAP_DIMS = {
+    "small_cnn": 64,
+    "googlenet": 1024,
+    "resnet18": 512,
+    "resnet50": 2048,
+    "vgg16_tiny": 449,
+    "resnet18_tiny": 512,
+    "resnet50_tiny": 2048,
+}
+
+# The Tiny ImageNet report's ResNets: torchvision's model with the resolution-keeping change.
+_TINY_RESNETS = {"resnet18_tiny": "resnet18", "resnet50_tiny": "resnet50"}
 
 _PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
 
@@ -45,14 +78,16 @@ class SmallCNN(nn.Module):
     """Three conv-BN-ReLU blocks for small images (e.g. 1x8x8 digits, 3x32x32).
 
     The last maps are pooled to a 4x4 grid, not to one value per channel: where a stroke lies
-    is what tells small digits apart, and a global pool discards it.
+    is what tells small digits apart, and a global pool discards it. grid=1 is that global
+    average pool (the GAP embedding: 2 * width features).
     """
 
     grid = 4
 
-    def __init__(self, in_channels: int = 1, width: int = 32) -> None:
+    def __init__(self, in_channels: int = 1, width: int = 32, grid: int = 4) -> None:
         super().__init__()
-        self.out_features = width * 2 * self.grid**2
+        self.grid = grid
+        self.out_features = width * 2 * grid**2
         self.body = nn.Sequential(
             _conv_bn_relu(in_channels, width),
             _conv_bn_relu(width, width * 2),
@@ -66,6 +101,70 @@ class SmallCNN(nn.Module):
         return self.body(x)
 
 
+class VGG16Tiny(nn.Module):
+    """VGG-16 reduced for 64x64 Tiny ImageNet images: "model #1" of the report's Table 1.
+
+    VGG-16's five conv blocks (2, 2, 3, 3, 3 conv3x3 + ReLU; no BatchNorm, the report adds none)
+    with depths 32, 79, 173, 422, 449, and VGG's max-pool after blocks 1-4 only: the report drops
+    the last one, so a 64x64 input ends at 4x4x449. Then two fully connected layers of 2048 with
+    ReLU; the report does not mention dropout, so they keep VGG's dropout 0.5. The embedding layer
+    (96 dims in the report) comes after, in EmbeddingNet.
+    """
+
+    blocks = (2, 2, 3, 3, 3)
+
+    def __init__(
+        self,
+        depths: tuple[int, ...] = (32, 79, 173, 422, 449),
+        fc: tuple[int, int] = (2048, 2048),
+        in_channels: int = 3,
+    ) -> None:
+        super().__init__()
+        self.channels = depths[-1]
+        self.out_features = fc[1]
+        self.features = _vgg_blocks(self.blocks, depths, in_channels)
+        # The identity at 64x64 (maps already 4x4); at 32x32 the maps are 2x2 and this repeats
+        # each value 2x2, so the flattened size is 4 * 4 * depth for any input of 16 or more.
+        self.avgpool = nn.AdaptiveAvgPool2d((4, 4))
+        self.classifier = nn.Sequential(
+            nn.Linear(self.channels * 16, fc[0]),
+            nn.ReLU(inplace=True),
+            nn.Dropout(0.5),
+            nn.Linear(fc[0], fc[1]),
+            nn.ReLU(inplace=True),
+            nn.Dropout(0.5),
+        )
+        _init_vgg(self)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(torch.flatten(self.avgpool(self.features(x)), 1))
+
+
+def _vgg_blocks(
+    blocks: tuple[int, ...], depths: tuple[int, ...], in_channels: int
+) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (convs, depth) in enumerate(zip(blocks, depths, strict=True)):
+        for _ in range(convs):
+            layers += [nn.Conv2d(in_channels, depth, 3, padding=1), nn.ReLU(inplace=True)]
+            in_channels = depth
+        if i < len(blocks) - 1:
+            layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
+    return nn.Sequential(*layers)
+
+
+def _init_vgg(model: nn.Module) -> None:
+    # torchvision's VGG init: without BatchNorm, PyTorch's default init shrinks the signal over
+    # 13 conv layers.
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, 0, 0.01)
+            nn.init.zeros_(m.bias)
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
@@ -73,6 +172,26 @@ def _one_line(err: BaseException) -> str:
 def check_backbone(name: str) -> None:
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")
+
+
+def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> None:
+    """A one-line ValueError unless `backbone` supports `embedding` (with `dims` dims, if given)."""
+    if embedding not in EMBEDDINGS:
+        raise ValueError(
+            f"unknown embedding {embedding!r}; expected one of: {', '.join(EMBEDDINGS)}"
+        )
+    if embedding == "fc":
+        return
+    if backbone not in GAP_DIMS:
+        raise ValueError(
+            f"{backbone} has no GAP embedding (its embedding is FC7); use embedding='fc', or one "
+            f"of: {', '.join(GAP_DIMS)}"
+        )
+    if dims is not None and dims != GAP_DIMS[backbone]:
+        raise ValueError(
+            f"the GAP embedding of {backbone} has {GAP_DIMS[backbone]} dims (the channels of its "
+            f"last feature map); got dims={dims}"
+        )
 
 
 def _model_kwargs(name: str, pretrained: str) -> dict[str, bool]:
@@ -121,7 +240,7 @@ def _read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
     return state
 
 
-def _load_local(model: nn.Module, name: str, path: str) -> None:
+def _load_local(model: nn.Module, name: str, path: str, source: str = "torchvision's") -> None:
     state = _read_state_dict(name, path)
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
@@ -138,7 +257,7 @@ def _load_local(model: nn.Module, name: str, path: str) -> None:
     ]
     if problems:
         raise ValueError(
-            f"state dict {path!r} does not match torchvision's {name}: {'; '.join(problems)}"
+            f"state dict {path!r} does not match {source} {name}: {'; '.join(problems)}"
         )
     model.load_state_dict(state)
 
@@ -160,40 +279,90 @@ def _truncate(model: nn.Module, name: str) -> nn.Module:
     )
 
 
+def _torchvision_model(name: str, pretrained: str) -> nn.Module:
+    if pretrained == "imagenet":
+        return _load_imagenet(name)
+    model = torchvision.models.get_model(name, weights=None, **_model_kwargs(name, pretrained))
+    if pretrained != "none":
+        _load_local(model, name, pretrained)
+    return model
+
+
+def _keep_resolution(model: nn.Module) -> None:
+    # The report's ResNets for 64x64 inputs: conv1 at stride 1 and no first max-pool. conv1 keeps
+    # its 7x7 kernel and padding 3, so loaded (e.g. ImageNet) weights still apply.
+    model.conv1.stride = (1, 1)
+    model.maxpool = nn.Identity()
+
+
+def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
+    if pretrained == "imagenet":
+        raise ValueError(
+            "there are no ImageNet weights for vgg16_tiny; use pretrained='none' or a path to "
+            "a state dict of bench's VGG16Tiny"
+        )
+    model = VGG16Tiny()
+    if pretrained != "none":
+        _load_local(model, "vgg16_tiny", pretrained, source="bench's")
+    if embedding == "gap":
+        return nn.Sequential(model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten()), model.channels
+    return model, model.out_features
+
+
 def build_backbone(
-    name: str, pretrained: str = "none", in_channels: int = 3
+    name: str, pretrained: str = "none", in_channels: int = 3, embedding: str = "fc"
 ) -> tuple[nn.Module, int, int]:
     """Return (feature extractor, feature dimension, expected input channels).
 
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
-    a state dict of the full torchvision classification model.
+    a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny).
+    embedding: "fc" (features for a linear embedding layer) or "gap" (the global average pool of
+    the last conv feature map, to be used as the embedding itself).
     """
     check_backbone(name)
+    check_embedding(name, embedding)
     if name == "small_cnn":
         if pretrained != "none":
             raise ValueError(f"small_cnn has no pretrained weights; got pretrained={pretrained!r}")
-        net = SmallCNN(in_channels=in_channels)
+        net = SmallCNN(in_channels=in_channels, grid=1 if embedding == "gap" else SmallCNN.grid)
         return net, net.out_features, in_channels
-    if pretrained == "imagenet":
-        model = _load_imagenet(name)
-    else:
-        model = torchvision.models.get_model(name, weights=None, **_model_kwargs(name, pretrained))
-        if pretrained != "none":
-            _load_local(model, name, pretrained)
-    return _truncate(model, name), FEATURE_DIMS[name], 3
+    if name == "vgg16_tiny":
+        net, feat_dim = _vgg16_tiny(pretrained, embedding)
+        return net, feat_dim, 3
+    base = _TINY_RESNETS.get(name, name)
+    model = _torchvision_model(base, pretrained)
+    if name in _TINY_RESNETS:
+        _keep_resolution(model)
+    if embedding == "gap" and base == "googlenet":
+        # GoogLeNet's dropout sits between its average pool and fc; the GAP embedding is the
+        # pooled map itself.
+        model.dropout = nn.Identity()
+    feat_dim = GAP_DIMS[name] if embedding == "gap" else FEATURE_DIMS[name]
+    return _truncate(model, base), feat_dim, 3
 
 
 class EmbeddingNet(nn.Module):
-    """Backbone followed by a linear embedding layer; adapts channels and size of the input."""
+    """Backbone followed by a linear embedding layer; adapts channels and size of the input.
+
+    embedding="gap": the backbone's (globally pooled) features are the embedding; no linear layer.
+    """
 
     def __init__(
-        self, backbone: nn.Module, feat_dim: int, dims: int, in_channels: int, min_size: int = 0
+        self,
+        backbone: nn.Module,
+        feat_dim: int,
+        dims: int,
+        in_channels: int,
+        min_size: int = 0,
+        embedding: str = "fc",
     ) -> None:
         super().__init__()
         self.backbone = backbone
         self.in_channels = in_channels
         self.min_size = min_size
-        self.embed = nn.Linear(feat_dim, dims)
+        if embedding == "gap" and dims != feat_dim:
+            raise ValueError(f"a GAP embedding has the backbone's {feat_dim} dims; got dims={dims}")
+        self.embed = nn.Identity() if embedding == "gap" else nn.Linear(feat_dim, dims)
 
     def _adapt(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 1 and self.in_channels == 3:
@@ -214,8 +383,14 @@ class EmbeddingNet(nn.Module):
 
 
 def build_model(
-    backbone: str, dims: int, pretrained: str = "none", in_channels: int = 1
+    backbone: str, dims: int, pretrained: str = "none", in_channels: int = 1, embedding: str = "fc"
 ) -> EmbeddingNet:
-    """Build an EmbeddingNet for images with `in_channels` channels and `dims`-d embeddings."""
-    net, feat_dim, expected_channels = build_backbone(backbone, pretrained, in_channels)
-    return EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone])
+    """Build an EmbeddingNet for images with `in_channels` channels and `dims`-d embeddings.
+
+    embedding="gap" takes the embedding straight from global average pooling; `dims` must then
+    be the number of channels of the backbone's last feature map (GAP_DIMS).
+    """
+    check_backbone(backbone)
+    check_embedding(backbone, embedding, dims)
+    net, feat_dim, expected_channels = build_backbone(backbone, pretrained, in_channels, embedding)
+    return EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone], embedding)

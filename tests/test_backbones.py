@@ -9,9 +9,11 @@ from torchvision.models._api import WeightsEnum
 
 from bench.backbones import (
     BACKBONES,
+    GAP_DIMS,
     MIN_SIZES,
     EmbeddingNet,
     SmallCNN,
+    VGG16Tiny,
     build_backbone,
     build_model,
 )
@@ -24,14 +26,19 @@ FEAT_DIMS = {
     "resnet50": 2048,
     "vgg16": 4096,
     "alexnet": 4096,
+    "vgg16_tiny": 2048,
+    "resnet18_tiny": 512,
+    "resnet50_tiny": 2048,
 }
+TINY_RESNETS = ["resnet18_tiny", "resnet50_tiny"]
 
 
 @functools.cache
-def _model(name: str) -> EmbeddingNet:
+def _model(name: str, embedding: str = "fc") -> EmbeddingNet:
     # Built once per name: building vgg16/resnet50 is the slow part of this file.
     torch.manual_seed(0)
-    return build_model(name, DIMS)
+    dims = GAP_DIMS[name] if embedding == "gap" else DIMS
+    return build_model(name, dims, embedding=embedding)
 
 
 def _three_channel_input(name: str) -> torch.Tensor:
@@ -47,7 +54,9 @@ def test_small_cnn_shapes() -> None:
     assert SmallCNN()(torch.randn(2, 1, 8, 8)).shape == (2, 1024)
 
 
-@pytest.mark.parametrize("name", ["small_cnn", "resnet18", "googlenet", "alexnet"])
+@pytest.mark.parametrize(
+    "name", ["small_cnn", "resnet18", "googlenet", "alexnet", "vgg16_tiny", "resnet18_tiny"]
+)
 @pytest.mark.parametrize("train", [True, False])
 def test_forward_shapes(name: str, train: bool) -> None:
     model = _model(name).train(train)
@@ -153,6 +162,7 @@ def test_missing_path(tmp_path) -> None:
 
 
 def test_unknown_name() -> None:
+    assert {"vgg16_tiny", "resnet18_tiny", "resnet50_tiny"} <= set(BACKBONES)
     with pytest.raises(ValueError) as info:
         build_model("resnet1000", DIMS)
     assert all(name in str(info.value) for name in BACKBONES)
@@ -204,3 +214,170 @@ def test_imagenet_download_failure(monkeypatch) -> None:
     message = str(info.value)
     assert "\n" not in message
     assert "--pretrained PATH" in message and torch.hub.get_dir() in message
+
+
+# --- Tiny ImageNet backbones (64x64 inputs) ---
+
+
+@pytest.mark.parametrize(
+    "name, size, batch",
+    [
+        ("vgg16_tiny", 64, 2),
+        ("vgg16_tiny", 32, 2),
+        ("resnet18_tiny", 64, 2),
+        ("resnet18_tiny", 32, 2),
+        ("resnet50_tiny", 32, 1),
+    ],
+)
+@pytest.mark.parametrize("train", [True, False])
+def test_tiny_shapes(name: str, size: int, batch: int, train: bool) -> None:
+    model = _model(name).train(train)
+    x = torch.randn(batch, 3, size, size)
+    with torch.no_grad():
+        assert model(x).shape == (batch, DIMS)
+        assert model.features(x).shape == (batch, FEAT_DIMS[name])
+
+
+def _last_map_size(model: EmbeddingNet, layer: nn.Module, x: torch.Tensor) -> tuple[int, ...]:
+    seen = []
+    handle = layer.register_forward_hook(lambda _m, _a, out: seen.append(out.shape[1:]))
+    with torch.no_grad():
+        model.eval()(x)
+    handle.remove()
+    return tuple(seen[0])
+
+
+def test_vgg16_tiny_layers() -> None:
+    backbone = _model("vgg16_tiny").backbone
+    layers = list(backbone.features)
+    convs = [m for m in layers if isinstance(m, nn.Conv2d)]
+    assert [c.out_channels for c in convs] == [32] * 2 + [79] * 2 + [173] * 3 + [422] * 3 + [
+        449
+    ] * 3
+    assert all(c.kernel_size == (3, 3) and c.padding == (1, 1) for c in convs)
+    assert not any(isinstance(m, nn.BatchNorm2d) for m in backbone.modules())
+    # Max-pools after blocks 1-4 (after conv 2, 4, 7, 10), none after block 5.
+    kinds = ["C" if isinstance(m, nn.Conv2d) else "P" for m in layers if not isinstance(m, nn.ReLU)]
+    assert "".join(kinds) == "CCPCCPCCCPCCCPCCC"
+    assert isinstance(layers[-1], nn.ReLU)
+
+    linears = [m for m in backbone.classifier if isinstance(m, nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(4 * 4 * 449, 2048), (2048, 2048)]
+    assert isinstance(backbone.classifier[-2], nn.ReLU)
+    assert [m.p for m in backbone.classifier if isinstance(m, nn.Dropout)] == [0.5, 0.5]
+
+    model = _model("vgg16_tiny")
+    assert _last_map_size(model, backbone.features, torch.randn(1, 3, 64, 64)) == (449, 4, 4)
+    assert _last_map_size(model, backbone.features, torch.randn(1, 3, 32, 32)) == (449, 2, 2)
+
+
+def test_vgg16_tiny_weights(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no ImageNet weights for vgg16_tiny") as info:
+        build_backbone("vgg16_tiny", pretrained="imagenet")
+    assert "\n" not in str(info.value)
+
+    state = VGG16Tiny().state_dict()
+    path = tmp_path / "vgg16_tiny.pth"
+    torch.save(state, path)
+    backbone, _, _ = build_backbone("vgg16_tiny", pretrained=str(path))
+    assert torch.equal(backbone.features[0].weight, state["features.0.weight"])
+    gap, _, _ = build_backbone("vgg16_tiny", pretrained=str(path), embedding="gap")
+    assert torch.equal(gap[0][-2].weight, state["features.28.weight"])
+
+    torch.save({"features.0.weight": torch.zeros(1)}, path)
+    with pytest.raises(ValueError, match="vgg16_tiny") as info:
+        build_backbone("vgg16_tiny", pretrained=str(path))
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("name", TINY_RESNETS)
+def test_tiny_resnet_keeps_resolution(name: str) -> None:
+    backbone = _model(name).backbone
+    assert backbone.conv1.stride == (1, 1)
+    assert (backbone.conv1.kernel_size, backbone.conv1.padding) == ((7, 7), (3, 3))
+    assert isinstance(backbone.maxpool, nn.Identity) and isinstance(backbone.fc, nn.Identity)
+    # Only layers 2-4 halve the size: a 32x32 input ends at 4x4 (1x1 without the change).
+    x = torch.randn(1, 3, 32, 32)
+    assert _last_map_size(_model(name), backbone.layer4, x) == (FEAT_DIMS[name], 4, 4)
+
+
+@pytest.mark.parametrize("name", TINY_RESNETS)
+def test_tiny_resnet_imagenet_weights_kept(monkeypatch, name: str) -> None:
+    base = name.removesuffix("_tiny")
+    state = torchvision.models.get_model(base, weights=None).state_dict()
+    calls: list[str] = []
+    _patch_weights(monkeypatch, state, calls)
+    backbone, feat_dim, _ = build_backbone(name, pretrained="imagenet")
+    assert calls == [str(torchvision.models.get_model_weights(base).DEFAULT)]
+    assert feat_dim == FEAT_DIMS[name]
+    assert backbone.conv1.stride == (1, 1) and isinstance(backbone.maxpool, nn.Identity)
+    assert torch.equal(backbone.conv1.weight, state["conv1.weight"])
+    assert torch.equal(backbone.layer1[0].conv1.weight, state["layer1.0.conv1.weight"])
+
+
+# --- GAP embeddings ---
+
+# The module whose output is the last conv feature map, in a model built with embedding="gap".
+LAST_MAP = {
+    "small_cnn": lambda b: b.body[-3],
+    "googlenet": lambda b: b.inception5b,
+    "resnet18": lambda b: b.layer4,
+    "resnet50": lambda b: b.layer4,
+    "resnet18_tiny": lambda b: b.layer4,
+    "resnet50_tiny": lambda b: b.layer4,
+    "vgg16_tiny": lambda b: b[0],
+}
+
+
+@pytest.mark.parametrize("name", list(LAST_MAP))
+def test_gap_embedding_is_mean_of_last_map(name: str) -> None:
+    assert set(LAST_MAP) == set(GAP_DIMS)
+    model = _model(name, "gap")
+    assert isinstance(model.embed, nn.Identity)
+    maps = []
+    layer = LAST_MAP[name](model.backbone)
+    handle = layer.register_forward_hook(lambda _m, _a, out: maps.append(out.clone()))
+    size = max(MIN_SIZES[name], 8)
+    x = torch.randn(2, 1, size, size)
+    # Train mode too: GoogLeNet's dropout after its pool must not touch the GAP embedding.
+    for train in (True, False):
+        with torch.no_grad():
+            out = model.train(train)(x)
+        assert out.shape == (2, GAP_DIMS[name])
+        torch.testing.assert_close(out, maps.pop().mean(dim=(-2, -1)))
+    handle.remove()
+
+
+def test_small_cnn_global_pool() -> None:
+    assert SmallCNN(width=16, grid=1).out_features == 32
+    assert SmallCNN(grid=1)(torch.randn(2, 1, 8, 8)).shape == (2, GAP_DIMS["small_cnn"])
+
+
+@pytest.mark.parametrize("name, dims", [("resnet18", 64), ("vgg16_tiny", 96)])
+def test_gap_dims_mismatch(name: str, dims: int) -> None:
+    with pytest.raises(ValueError, match=f"{GAP_DIMS[name]} dims") as info:
+        build_model(name, dims, embedding="gap")
+    assert "\n" not in str(info.value) and name in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["vgg16", "alexnet"])
+def test_no_gap_for_fc7_backbones(name: str) -> None:
+    for build in (
+        lambda: build_model(name, 4096, embedding="gap"),
+        lambda: build_backbone(name, embedding="gap"),
+    ):
+        with pytest.raises(ValueError, match=f"{name} has no GAP embedding") as info:
+            build()
+        assert "\n" not in str(info.value)
+
+
+def test_unknown_embedding() -> None:
+    with pytest.raises(ValueError, match="expected one of: fc, gap"):
+        build_model("small_cnn", DIMS, embedding="max")
+
+
+def test_embedding_net_gap_dims() -> None:
+    net = EmbeddingNet(nn.Flatten(), 12, 12, in_channels=3, embedding="gap")
+    assert isinstance(net.embed, nn.Identity)
+    with pytest.raises(ValueError, match="12 dims"):
+        EmbeddingNet(nn.Flatten(), 12, DIMS, in_channels=3, embedding="gap")
