@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bench import store
-from bench.backbones import BACKBONES, check_backbone
+from bench.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
 from bench.config import make_configs
 from bench.data import check_dataset
 from bench.protocols import PROTOCOLS
@@ -97,6 +97,12 @@ def main() -> None:
 @click.option("--margin", type=float, default=None, help="Triplet margin.")
 @click.option("--backbone", default=None, help=f"One of {', '.join(BACKBONES)}.")
 @click.option("--pretrained", default=None, help="imagenet, none, or a state-dict PATH.")
+@click.option(
+    "--embedding",
+    type=click.Choice(EMBEDDINGS),
+    default=None,
+    help="fc: a linear layer after the backbone; gap: its global average pooling.",
+)
 @click.option("--resize", type=int, default=None, help="Images are resized to this square.")
 @click.option("--crop", type=int, default=None, help="Random (train) / centre (eval) crop.")
 @click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers.")
@@ -123,6 +129,7 @@ def run(
     margin,
     backbone,
     pretrained,
+    embedding,
     resize,
     crop,
     workers,
@@ -151,6 +158,7 @@ def run(
         weight_decay=weight_decay,
         backbone=backbone,
         pretrained=pretrained,
+        embedding=embedding,
         resize=resize,
         crop=crop,
         workers=workers,
@@ -164,6 +172,8 @@ def run(
         )
     ]
     try:
+        for cfg in configs:
+            check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
         run_baseline(configs[0], results, dev)
         for cfg in configs:
             train_one(cfg, results / cfg.run_id(), force, dev, Trainer)

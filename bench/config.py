@@ -13,6 +13,11 @@ from typing import Any
 NOT_HASHED = ("data_root", "workers")
 
 
+def safe_name(dataset: str) -> str:
+    """A data set's name as a file name ('folder:/data/x' -> 'folder-data-x')."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", dataset.rstrip("/"))
+
+
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines a run; its hash names the run folder."""
@@ -24,6 +29,7 @@ class RunConfig:
     dims: int = 64
     backbone: str = "small_cnn"
     pretrained: str = "none"
+    embedding: str = "fc"
     epochs: int = 20
     batch_size: int = 64
     m_per_class: int = 16
@@ -46,7 +52,7 @@ class RunConfig:
         digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
         miner = self.loss_params.get("miner")
         name = f"{self.loss}-{miner}" if miner else self.loss
-        dataset = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.dataset.rstrip("/"))
+        dataset = safe_name(self.dataset)
         protocol = "" if self.protocol == "metric" else f"{self.protocol}-"
         return f"{dataset}-{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
 

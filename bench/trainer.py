@@ -21,7 +21,8 @@ from bench import store
 from bench.backbones import build_model
 from bench.config import RunConfig
 from bench.data import DataSplits, load_dataset
-from bench.evaluate import METRIC_KEYS, evaluate
+from bench.evaluate import evaluate
+from bench.scoring import classification_scores, pair_report, pair_scores, validation_threshold
 from losses import BenchLoss, build_loss, loss_defaults
 
 SELECT_BY = "map@r"  # validation metric that picks the checkpoint
@@ -110,7 +111,9 @@ class Trainer:
         self.device = device or default_device()
         seed_everything(cfg.seed)
         self.data = load_data(cfg)
-        self.model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels)
+        self.model = build_model(
+            cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding
+        )
         self.loss = build_loss(
             cfg.loss,
             cfg.loss_params,
@@ -157,11 +160,53 @@ class Trainer:
             count += 1
         return total / max(count, 1)
 
-    def evaluate_split(self, split: Dataset) -> tuple[dict, np.ndarray, np.ndarray]:
+    def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
         emb, labels = embed(
             self.model, split, self.device, self.loss.normalize_embeddings, workers=self.cfg.workers
         )
-        return evaluate(emb.numpy(), labels, seed=self.cfg.seed), emb.numpy(), labels
+        return emb.numpy(), labels
+
+    def class_probabilities(self, emb: np.ndarray) -> torch.Tensor:
+        """The loss's classifier over the current training embeddings (classify protocol)."""
+        train, train_labels = self.embed_split(self.data.train_eval)
+        return self.loss.class_probabilities(
+            torch.from_numpy(emb),
+            torch.from_numpy(train),
+            torch.from_numpy(train_labels),
+            self.data.num_train_classes,
+        )
+
+    def validate(self) -> dict:
+        """Validation metrics, with `score` (higher is better) to select the checkpoint by:
+        MAP@R (metric), minus the classifier's NLL (classify), pair accuracy (pairs)."""
+        emb, labels = self.embed_split(self.data.val)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        if self.cfg.protocol == "classify":
+            metrics.update(classification_scores(self.class_probabilities(emb), labels))
+            metrics["score"] = -metrics["nll"]
+        elif self.cfg.protocol == "pairs":
+            scores, _, _ = pair_scores(emb, labels, validation_threshold(emb, labels))
+            metrics["pair_accuracy"] = metrics["score"] = scores["accuracy"]
+        else:
+            metrics["score"] = metrics[SELECT_BY]
+        return metrics
+
+    def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray]:
+        """Test metrics of the protocol, with the test embeddings and labels."""
+        emb, labels = self.embed_split(self.data.test)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        if self.cfg.protocol == "classify":
+            metrics.update(classification_scores(self.class_probabilities(emb), labels))
+        elif self.cfg.protocol == "pairs":
+            val_emb, val_labels = self.embed_split(self.data.val)
+            splits = {"seen": (emb, labels), "unseen": self.embed_split(self.data.unseen)}
+            scores, tables = pair_report(
+                splits, validation_threshold(val_emb, val_labels), self.data.class_names
+            )
+            metrics.update(scores)
+            for name, table in tables.items() if write_tables else ():
+                store.atomic_write_text(self.run_dir / f"{name}.csv", table.to_csv(index=False))
+        return metrics, emb, labels
 
     def save_checkpoint(self, progress: dict) -> None:
         state = {
@@ -183,12 +228,12 @@ class Trainer:
             return state["progress"]
         store.atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training: a baseline for what training adds.
-        untrained, _, _ = self.evaluate_split(self.data.test)
+        untrained, _, _ = self.test()
         return {
             "epoch": 0,
             "history": [],
             "untrained_network": untrained,
-            "best": {"score": -1.0, "epoch": 0, "model": None},
+            "best": {"score": float("-inf"), "epoch": 0, "model": None},
         }
 
     def fit(self) -> dict:
@@ -208,20 +253,20 @@ class Trainer:
             if interval and epoch % interval == 0:
                 self.refresh()
             train_loss = self.train_epoch(epoch)
-            val, _, _ = self.evaluate_split(self.data.val)
-            if val[SELECT_BY] > progress["best"]["score"]:
+            val = self.validate()
+            if val["score"] > progress["best"]["score"]:
                 progress["best"] = {
-                    "score": val[SELECT_BY],
+                    "score": val["score"],
                     "epoch": epoch + 1,
                     "model": copy.deepcopy(self.model.state_dict()),
                 }
             row = {"epoch": epoch + 1, "train_loss": train_loss}
-            row.update({f"val_{k}": val[k] for k in METRIC_KEYS})
+            row.update({f"val_{k}": v for k, v in val.items() if k != "score"})
             row.update(self.loss.epoch_stats())
             row["seconds"] = time.perf_counter() - t0
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
-            bar.set_postfix(loss=f"{train_loss:.3f}", val_map_r=f"{val[SELECT_BY]:.3f}")
+            bar.set_postfix(loss=f"{train_loss:.3f}", val_score=f"{val['score']:.3f}")
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             store.atomic_write_text(self.run_dir / store.HISTORY, history)
@@ -231,7 +276,7 @@ class Trainer:
         best = progress["best"]
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
-        metrics, emb, labels = self.evaluate_split(self.data.test)
+        metrics, emb, labels = self.test(write_tables=True)
         store.atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
         metrics.update(
             run_summary(
@@ -245,6 +290,7 @@ class Trainer:
 def run_summary(cfg: RunConfig, **extra) -> dict:
     return {
         "dataset": cfg.dataset,
+        "protocol": cfg.protocol,
         "loss": cfg.loss,
         "miner": cfg.loss_params.get("miner"),
         "dims": cfg.dims,

@@ -7,6 +7,10 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from bench.evaluate import search
+
+KNN_VOTES = 10
+
 
 class BenchLoss(nn.Module):
     """Base class of the harness's losses.
@@ -33,6 +37,24 @@ class BenchLoss(nn.Module):
         self, embeddings: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor | None = None
     ) -> torch.Tensor:
         raise NotImplementedError
+
+    @torch.no_grad()
+    def class_probabilities(
+        self,
+        queries: torch.Tensor,
+        train: torch.Tensor,
+        train_labels: torch.Tensor,
+        num_classes: int,
+    ) -> torch.Tensor:
+        """Class probabilities of embedded queries (the classify protocol's classifier).
+
+        By default a vote of the `KNN_VOTES` nearest training embeddings; losses with a
+        classifier of their own (softmax, NNGK) override it."""
+        _, idx = search(train.cpu().numpy(), queries.cpu().numpy(), KNN_VOTES)
+        votes = torch.as_tensor(train_labels.cpu().numpy()[idx])
+        probs = torch.zeros(len(queries), num_classes)
+        probs.scatter_add_(1, votes, torch.ones(votes.shape))
+        return probs / probs.sum(dim=1, keepdim=True)
 
     def epoch_stats(self) -> dict[str, float]:
         """Extra per-epoch values to record in the run's history."""

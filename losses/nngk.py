@@ -112,6 +112,12 @@ class NNGKLoss(BenchLoss):
             return embeddings.sum() * 0.0
         return (denominator - numerator)[valid].mean()
 
+    def class_probabilities(self, queries, train, train_labels, num_classes):
+        """Eq. 3 over the given training embeddings as centres, with the learned weights."""
+        return nngk_class_probabilities(
+            queries, train, train_labels, self.log_weights, self.sigma, self.k, num_classes
+        )
+
 
 @torch.no_grad()
 def nngk_class_probabilities(

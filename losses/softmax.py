@@ -1,3 +1,4 @@
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -15,3 +16,8 @@ class SoftmaxLoss(BenchLoss):
 
     def forward(self, embeddings, labels, indices=None):
         return F.cross_entropy(self.classifier(embeddings), labels)
+
+    @torch.no_grad()
+    def class_probabilities(self, queries, train, train_labels, num_classes):
+        """The classifier's softmax (its argmax is the prediction)."""
+        return torch.softmax(self.classifier(queries.to(self.classifier.weight)), dim=1).cpu()

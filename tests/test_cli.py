@@ -120,6 +120,7 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
         (["--dims", "0"], "bad --dims '0'"),
         (["--loss", "softmax", "--sigma", "3"], "loss 'softmax' does not take --sigma"),
         (["--backbone", "vit"], "unknown backbone 'vit'; expected one of: small_cnn"),
+        (["--embedding", "gap", "--dims", "32"], "the GAP embedding of small_cnn has 64 dims"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_writes_nothing(args, message, tmp_path):
@@ -195,3 +196,25 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path):
     (clean_dir,) = finished_runs(clean, "nngk")
     uninterrupted = json.loads((clean_dir / "metrics.json").read_text())
     assert {k: resumed[k] for k in METRIC_KEYS} == {k: uninterrupted[k] for k in METRIC_KEYS}
+
+
+def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
+    out = cli(
+        "run",
+        "--loss",
+        "softmax",
+        "--embedding",
+        "gap",
+        "--dims",
+        "64",
+        "--epochs",
+        "1",
+        "--results",
+        tmp_path,
+    )
+    assert out.exit_code == 0, out.output
+    (run_dir,) = finished_runs(tmp_path, "softmax")
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["embedding"] == "gap"
+    saved = np.load(run_dir / "test_embeddings.npz")["embeddings"]
+    assert saved.shape[1] == 64 and (saved >= 0).all()  # averages of ReLU maps

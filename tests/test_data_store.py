@@ -45,7 +45,9 @@ def test_train_items_are_shifted_and_eval_items_are_not():
 
 
 def test_unknown_dataset_lists_the_known_ones():
-    with pytest.raises(ValueError, match="unknown data set 'cars'; expected one of: digits, cars196, cub"):
+    with pytest.raises(
+        ValueError, match="unknown data set 'cars'; expected one of: digits, cars196, cub"
+    ):
         load_dataset("cars")
 
 

@@ -214,3 +214,75 @@ def test_missing_data_is_a_one_line_error_naming_layout_and_source(missing, tmp_
     assert (missing or "cars_annos.mat") in lines[0]
     assert ("caltech" if missing else "stanford") in lines[0].lower()
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+def run_cli(*args):
+    out = CliRunner().invoke(main, ["run", *[str(a) for a in args]])
+    assert out.exit_code == 0, out.output
+    return out
+
+
+def finished(results, loss):
+    (run,) = [p for p in results.iterdir() if f"-{loss}-" in p.name]
+    return run, json.loads((run / "metrics.json").read_text())
+
+
+@pytest.mark.parametrize("loss", ["softmax", "nngk"])
+def test_classify_protocol_reports_test_accuracy(loss, tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = make_cub(tmp_path / "data", classes=4, per_class=12)
+    run_cli(
+        "--protocol",
+        "classify",
+        "--loss",
+        loss,
+        "--dataset",
+        "cub",
+        "--data-root",
+        root,
+        *FAST,
+        "--results",
+        tmp_path / "r",
+    )
+    run, metrics = finished(tmp_path / "r", loss)
+    assert run.name.startswith("cub-classify-")
+    assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["nll"] > 0
+    history = (run / "history.csv").read_text().splitlines()[0]
+    assert "val_accuracy" in history and "val_nll" in history
+    # CUB is cropped to its boxes under this protocol: the cache holds the cropped images.
+    (cache,) = (tmp_path / "cache").glob("images-20-*.npy")
+    table = read_cub(root)
+    first = load_image(table.loc[0, "path"], boxes_for(table, "classify")[0], 20)
+    assert np.array_equal(np.load(cache)[0], first)
+
+
+def test_classify_protocol_on_digits_uses_every_class(tmp_path):
+    args = "--protocol classify --loss softmax --dataset digits --epochs 3 --lr 0.01 --dims 16"
+    run_cli(*args.split(), "--results", tmp_path)
+    run, metrics = finished(tmp_path, "softmax")
+    saved = np.load(run / "test_embeddings.npz")
+    assert sorted(set(saved["labels"])) == list(range(10))
+    assert metrics["accuracy"] > 0.5  # ten classes: chance is 0.1
+
+
+@pytest.mark.parametrize("dataset", ["tinyimagenet", "digits"])
+def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    args = ["--protocol", "pairs", "--loss", "contrastive", "--dataset", dataset]
+    if dataset == "tinyimagenet":
+        root = make_tinyimagenet(tmp_path / "data", classes=6, train_per_class=12, val_per_class=4)
+        args += ["--data-root", root, *FAST]
+    else:
+        args += ["--epochs", "1", "--dims", "16"]
+    run_cli(*args, "--results", tmp_path / "r")
+    run, metrics = finished(tmp_path / "r", "contrastive")
+    for split in ("seen", "unseen"):
+        for key in ("accuracy", "far", "frr", "ap"):
+            assert 0.0 <= metrics[f"{split}_{key}"] <= 1.0, (split, key)
+        pr = (run / f"pr_{split}.csv").read_text().splitlines()
+        assert pr[0] == "precision,recall,threshold" and len(pr) > 2
+        categories = (run / f"categories_{split}.csv").read_text().splitlines()
+        assert categories[0].startswith("label,class_name,pairs,accuracy,far,frr")
+    assert metrics["threshold"] > 0
+    history = (run / "history.csv").read_text().splitlines()[0]
+    assert "val_pair_accuracy" in history
