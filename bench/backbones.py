@@ -22,7 +22,11 @@ BACKBONES = (
     "resnet50_tiny",
 )
 
-EMBEDDINGS = ("fc", "gap")
+# fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the
+# last feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and
+# without ReLU, the ResNets' final pooling followed by dropout), as seed 000 §3.2 classifies.
+EMBEDDINGS = ("fc", "gap", "backbone")
+BACKBONE_HEAD_DROPOUT = 0.5  # after the ResNets' pooling; the paper does not give the rate
 
 # Smallest input side each backbone runs on (smaller inputs are upsampled by EmbeddingNet).
 MIN_SIZES = {
@@ -182,6 +186,14 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
         )
     if embedding == "fc":
         return
+    if embedding == "backbone":
+        own = FEATURE_DIMS.get(backbone, SmallCNN(1).out_features)
+        if dims is not None and dims != own:
+            raise ValueError(
+                f"the backbone embedding of {backbone} has {own} dims (its own output); got "
+                f"dims={dims}"
+            )
+        return
     if backbone not in GAP_DIMS:
         raise ValueError(
             f"{backbone} has no GAP embedding (its embedding is FC7); use embedding='fc', or one "
@@ -316,8 +328,8 @@ def build_backbone(
 
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
     a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny).
-    embedding: "fc" (features for a linear embedding layer) or "gap" (the global average pool of
-    the last conv feature map, to be used as the embedding itself).
+    embedding: "fc" or "backbone" (the features; a linear layer follows for "fc"), or "gap" (the
+    global average pool of the last conv feature map, to be used as the embedding itself).
     """
     check_backbone(name)
     check_embedding(name, embedding)
@@ -360,9 +372,11 @@ class EmbeddingNet(nn.Module):
         self.backbone = backbone
         self.in_channels = in_channels
         self.min_size = min_size
-        if embedding == "gap" and dims != feat_dim:
-            raise ValueError(f"a GAP embedding has the backbone's {feat_dim} dims; got dims={dims}")
-        self.embed = nn.Identity() if embedding == "gap" else nn.Linear(feat_dim, dims)
+        if embedding != "fc" and dims != feat_dim:
+            raise ValueError(
+                f"a {embedding} embedding has the backbone's {feat_dim} dims; got dims={dims}"
+            )
+        self.embed = nn.Linear(feat_dim, dims) if embedding == "fc" else nn.Identity()
 
     def _adapt(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 1 and self.in_channels == 3:
@@ -393,4 +407,7 @@ def build_model(
     check_backbone(backbone)
     check_embedding(backbone, embedding, dims)
     net, feat_dim, expected_channels = build_backbone(backbone, pretrained, in_channels, embedding)
-    return EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone], embedding)
+    model = EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone], embedding)
+    if embedding == "backbone" and backbone.startswith("resnet"):
+        model.embed = nn.Dropout(BACKBONE_HEAD_DROPOUT)
+    return model

@@ -35,7 +35,7 @@ def load_image(path: str, box: tuple[float, float, float, float] | None, size: i
             x2, y2 = min(img.width, int(np.ceil(x2))), min(img.height, int(np.ceil(y2)))
             if x2 > x1 and y2 > y1:
                 img = img.crop((x1, y1, x2, y2))
-        return np.asarray(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
+        return np.array(img.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
 def cache_key(paths: list[str], boxes: list | None, size: int) -> str:

@@ -381,3 +381,17 @@ def test_embedding_net_gap_dims() -> None:
     assert isinstance(net.embed, nn.Identity)
     with pytest.raises(ValueError, match="12 dims"):
         EmbeddingNet(nn.Flatten(), 12, DIMS, in_channels=3, embedding="gap")
+
+
+def test_backbone_embedding_is_the_backbones_own_output() -> None:
+    vgg = build_model("alexnet", 4096, "none", 3, embedding="backbone")
+    assert isinstance(vgg.embed, torch.nn.Identity)
+    vgg.eval()
+    x = torch.randn(1, 3, 64, 64)
+    assert torch.equal(vgg(x), vgg.features(x))  # FC7, no layer added
+    res = build_model("resnet18", 512, "none", 3, embedding="backbone")
+    assert isinstance(res.embed, torch.nn.Dropout)  # seed 000: dropout after the final pooling
+    with pytest.raises(ValueError, match="the backbone embedding of alexnet has 4096 dims"):
+        build_model("alexnet", 64, "none", 3, embedding="backbone")
+    small = build_model("small_cnn", 1024, "none", 1, embedding="backbone")
+    assert small(torch.randn(2, 1, 8, 8)).shape == (2, 1024)

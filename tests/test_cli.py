@@ -218,3 +218,18 @@ def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
     assert config["embedding"] == "gap"
     saved = np.load(run_dir / "test_embeddings.npz")["embeddings"]
     assert saved.shape[1] == 64 and (saved >= 0).all()  # averages of ReLU maps
+
+
+def test_speed_benchmark_prints_ratios():
+    args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20"
+    out = cli(*args.split(), "--backbone", "small_cnn")
+    assert out.exit_code == 0, out.output
+    for row in (
+        "speed-up",
+        "cached img/s",
+        "decoded img/s",
+        "small_cnn train img/s",
+        "cache speed-up",
+        "cached / model",
+    ):
+        assert row in out.output

@@ -241,6 +241,8 @@ def test_classify_protocol_reports_test_accuracy(loss, tmp_path, monkeypatch):
         "--data-root",
         root,
         *FAST,
+        "--embedding",
+        "fc",  # the preset takes VGG16 FC7 itself; the miniature uses a small CNN
         "--results",
         tmp_path / "r",
     )

@@ -1,0 +1,66 @@
+import pytest
+
+from bench.config import RunConfig, make_configs, safe_name, sigma_for_dims
+
+
+def test_metric_preset_is_seed_000_section_3_1():
+    configs = make_configs("cars196", "nngk", (64, 512, 1024), {})
+    cfg = configs[0]
+    assert (cfg.backbone, cfg.pretrained, cfg.batch_size, cfg.lr, cfg.weight_decay) == (
+        "googlenet",
+        "imagenet",
+        20,
+        1e-5,
+        2e-4,
+    )
+    assert (cfg.resize, cfg.crop, cfg.protocol) == (256, 224, "metric")
+    assert [c.loss_params["sigma"] for c in configs] == [10.0, sigma_for_dims(512), 30.0]
+    assert all(
+        c.loss_params["k"] == 100 and c.loss_params["update_interval"] == 10 for c in configs
+    )
+    # other losses get the same settings but none of NNGK's parameters
+    triplet = make_configs("cars196", "triplet", (64,), {"miner": "semihard"})[0]
+    assert triplet.loss_params == {"miner": "semihard"} and triplet.lr == cfg.lr
+
+
+def test_sigma_grows_with_the_embedding_size_through_the_papers_range():
+    assert sigma_for_dims(64) == 10.0 and sigma_for_dims(1024) == 30.0
+    assert 10 < sigma_for_dims(128) < sigma_for_dims(256) < sigma_for_dims(512) < 30
+
+
+@pytest.mark.parametrize(
+    "dataset, val", [("cub", 0.2), ("cars196", 0.3), ("flowers102", 0.0), ("leafsnap", 2 / 7)]
+)
+def test_classify_preset_is_seed_000_section_3_2(dataset, val):
+    (cfg,) = make_configs(dataset, "nngk", None, {}, protocol="classify")
+    assert (cfg.backbone, cfg.embedding, cfg.dims, cfg.val_fraction) == (
+        "vgg16",
+        "backbone",
+        4096,
+        val,
+    )
+    assert cfg.loss_params["sigma"] == 100.0 and cfg.batch_size == 20 and cfg.lr == 1e-5
+
+
+def test_pairs_preset_is_the_reports_model_1():
+    (cfg,) = make_configs("tinyimagenet", "contrastive", None, {}, protocol="pairs")
+    assert (cfg.backbone, cfg.dims, cfg.resize, cfg.crop, cfg.val_fraction) == (
+        "vgg16_tiny",
+        96,
+        64,
+        64,
+        0.1,
+    )
+
+
+def test_overrides_win_and_the_run_id_ignores_where_the_data_lie():
+    (cfg,) = make_configs("cub", "nngk", (64,), {"sigma": 7.0}, epochs=3, data_root="/a")
+    assert cfg.epochs == 3 and cfg.loss_params["sigma"] == 7.0
+    (moved,) = make_configs("cub", "nngk", (64,), {"sigma": 7.0}, epochs=3, data_root="/b")
+    assert moved.run_id() == cfg.run_id()
+    assert RunConfig(seed=1).run_id() != RunConfig(seed=2).run_id()
+
+
+def test_folder_datasets_get_file_safe_names():
+    assert safe_name("folder:/data/my birds/") == "folder-data-my-birds"
+    assert RunConfig(dataset="folder:/x/y").run_id().startswith("folder-x-y-nngk-d64-s0-")
