@@ -32,12 +32,13 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
     return values
 
 
-def loss_params_from(loss: str, miner, sigma, k, update_interval, margin) -> dict:
+def loss_params_from(loss: str, miner, sigma, k, update_interval, margin, fixed_weights) -> dict:
     """The loss parameters given on the command line, checked against what the loss takes."""
     from losses import loss_defaults
     from miners import MINERS
 
     given = {
+        "learn_weights": False if fixed_weights else None,
         "miner": miner,
         "sigma": sigma,
         "k": k,
@@ -48,7 +49,7 @@ def loss_params_from(loss: str, miner, sigma, k, update_interval, margin) -> dic
     defaults = loss_defaults(loss)
     for name in given:
         if name not in defaults:
-            option = "--" + name.replace("_", "-")
+            option = "--fixed-weights" if name == "learn_weights" else "--" + name.replace("_", "-")
             takes = ", ".join(defaults) or "no parameters"
             raise ValueError(f"loss {loss!r} does not take {option}; it takes: {takes}")
     if "miner" in given:
@@ -106,6 +107,14 @@ def main() -> None:
 @click.option("--resize", type=int, default=None, help="Images are resized to this square.")
 @click.option("--crop", type=int, default=None, help="Random (train) / centre (eval) crop.")
 @click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers.")
+@click.option("--fixed-weights", is_flag=True, help="NNGK: centre weights fixed at 1 (Table 5).")
+@click.option("--freeze-backbone", is_flag=True, help="Train only what follows the backbone.")
+@click.option(
+    "--train-per-class",
+    type=int,
+    default=None,
+    help="At most N training images per class (Fig. 3).",
+)
 @click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
@@ -133,6 +142,9 @@ def run(
     resize,
     crop,
     workers,
+    fixed_weights,
+    freeze_backbone,
+    train_per_class,
     seed,
     results,
     force,
@@ -141,7 +153,7 @@ def run(
     """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
     try:
         check_choices(loss, dataset, backbone)
-        params = loss_params_from(loss, miner, sigma, k, update_interval, margin)
+        params = loss_params_from(loss, miner, sigma, k, update_interval, margin, fixed_weights)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
@@ -162,6 +174,8 @@ def run(
         resize=resize,
         crop=crop,
         workers=workers,
+        freeze_backbone=freeze_backbone or None,
+        train_per_class=train_per_class,
         data_root=data_root,
     )
     configs = [

@@ -37,6 +37,8 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     val_fraction: float = 0.2
+    train_per_class: int = 0  # 0: every training image
+    freeze_backbone: bool = False
     resize: int = 256
     crop: int = 224
     pad: int = 0

@@ -80,12 +80,15 @@ def contiguous(labels: np.ndarray) -> np.ndarray:
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
-def digits(protocol: str = "metric", val_fraction: float = 0.2, **_) -> DataSplits:
+def digits(
+    protocol: str = "metric", val_fraction: float = 0.2, train_per_class: int = 0, **_
+) -> DataSplits:
     """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test."""
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
     labels = data.target.astype(np.int64)
-    splits = make_splits(protocol, pd.DataFrame({"label": labels, "split": ""}), val_fraction)
+    table = pd.DataFrame({"label": labels, "split": ""})
+    splits = make_splits(protocol, table, val_fraction, train_per_class)
 
     def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
         return TensorImages(images[rows], labels[rows], shift=shift)
@@ -133,12 +136,13 @@ def image_splits(
     resize: int = 256,
     crop: int = 224,
     pad: int = 0,
+    train_per_class: int = 0,
 ) -> DataSplits:
     """An image data set under a protocol: decoded once into the cache, then transformed."""
     table, root = read_table(name, data_root or default_data_root())
     if "source" in table and protocol == "classify":  # Leafsnap: the field images only
         table = table[table["source"] == "field"].reset_index(drop=True)
-    splits = make_splits(protocol, table, val_fraction)
+    splits = make_splits(protocol, table, val_fraction, train_per_class)
     cache = build_cache(
         table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
     )
@@ -185,5 +189,5 @@ def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2,
     """The splits of a data set under a protocol; `image_opts` go to `image_splits`."""
     check_dataset(name)
     if name == "digits":
-        return digits(protocol, val_fraction)
+        return digits(protocol, val_fraction, image_opts.get("train_per_class", 0))
     return image_splits(name, protocol, val_fraction, **image_opts)

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
@@ -96,7 +96,21 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
 SPLITTERS = {"metric": metric_splits, "classify": classify_splits, "pairs": pairs_splits}
 
 
-def make_splits(protocol: str, table: pd.DataFrame, val_fraction: float) -> Splits:
+def make_splits(
+    protocol: str, table: pd.DataFrame, val_fraction: float, train_per_class: int = 0
+) -> Splits:
+    """The protocol's splits; with `train_per_class`, at most that many training images per
+    class (seed 000 Fig. 3), drawn with a fixed seed."""
     if protocol not in SPLITTERS:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of: {', '.join(PROTOCOLS)}")
-    return SPLITTERS[protocol](table, val_fraction)
+    splits = SPLITTERS[protocol](table, val_fraction)
+    if train_per_class:
+        labels = table["label"].to_numpy()
+        splits = replace(splits, train=limit_per_class(splits.train, labels, train_per_class))
+    return splits
+
+
+def limit_per_class(rows: np.ndarray, labels: np.ndarray, n: int) -> np.ndarray:
+    rng = np.random.default_rng(SPLIT_SEED)
+    keep = [rng.permutation(rows[labels[rows] == c])[:n] for c in np.unique(labels[rows])]
+    return np.sort(np.concatenate(keep))

@@ -123,11 +123,16 @@ class Trainer:
         )
         self.model.to(self.device)
         self.loss.to(self.device)
-        params = list(self.model.parameters()) + [
-            p for p in self.loss.parameters() if p.requires_grad
-        ]
+        if cfg.freeze_backbone:
+            self.model.backbone.requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        params += [p for p in self.loss.parameters() if p.requires_grad]
+        # Nothing to learn (frozen backbone as the embedding, fixed NNGK weights): evaluation only.
         self.optimizer = torch.optim.SGD(
-            params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+            params or [torch.zeros(1, requires_grad=True)],
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
         )
 
     def config_record(self) -> dict:
@@ -147,6 +152,8 @@ class Trainer:
     def train_epoch(self, epoch: int) -> float:
         loader = epoch_loader(self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch))
         self.model.train()
+        if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
+            self.model.backbone.eval()
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
         for x, y, idx in bar:
@@ -154,8 +161,9 @@ class Trainer:
             indices = idx.to(self.device) if self.loss.needs_indices else None
             value = self.loss(self.model(x), y, indices)
             self.optimizer.zero_grad(set_to_none=True)
-            value.backward()
-            self.optimizer.step()
+            if value.requires_grad:
+                value.backward()
+                self.optimizer.step()
             total += float(value.detach())
             count += 1
         return total / max(count, 1)
@@ -310,6 +318,7 @@ def load_data(cfg: RunConfig) -> DataSplits:
         resize=cfg.resize,
         crop=cfg.crop,
         pad=cfg.pad,
+        train_per_class=cfg.train_per_class,
     )
 
 

@@ -288,3 +288,55 @@ def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, m
     assert metrics["threshold"] > 0
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_pair_accuracy" in history
+
+
+def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
+    from bench.config import RunConfig
+    from bench.trainer import Trainer
+
+    cfg = RunConfig(
+        protocol="classify",
+        loss="nngk",
+        dims=1024,
+        embedding="backbone",
+        epochs=1,
+        freeze_backbone=True,
+        loss_params={"learn_weights": False, "sigma": 1.0},
+    )
+    trainer = Trainer(cfg, tmp_path / "run")
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    metrics = trainer.fit()
+    after = trainer.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # batch-norm stats too
+    assert torch.equal(trainer.loss.log_weights, torch.zeros_like(trainer.loss.log_weights))
+    assert 0 <= metrics["accuracy"] <= 1
+
+    learned = Trainer(
+        RunConfig(
+            protocol="classify",
+            loss="nngk",
+            epochs=1,
+            freeze_backbone=True,
+            loss_params={"sigma": 1.0},
+        ),
+        tmp_path / "learned",
+    )
+    frozen = {k: v.clone() for k, v in learned.model.backbone.state_dict().items()}
+    learned.fit()
+    assert all(torch.equal(frozen[k], v) for k, v in learned.model.backbone.state_dict().items())
+    assert not torch.equal(learned.loss.log_weights, torch.zeros_like(learned.loss.log_weights))
+
+
+def test_training_examples_per_class_sweep_limits_only_the_training_split():
+    from bench.data import load_dataset
+
+    full = load_dataset("digits", "classify", 0.2)
+    few = load_dataset("digits", "classify", 0.2, train_per_class=5)
+    assert np.bincount(few.train.labels).tolist() == [5] * 10
+    assert len(few.test) == len(full.test) and len(few.val) == len(full.val)
+
+
+def test_fixed_weights_is_an_nngk_option():
+    out = CliRunner().invoke(main, ["run", "--loss", "softmax", "--fixed-weights"])
+    assert out.exit_code != 0
+    assert "loss 'softmax' does not take --fixed-weights" in out.output
