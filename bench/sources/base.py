@@ -23,6 +23,21 @@ def require(path: Path, dataset: str, layout: str, source: str) -> Path:
     return Path(path)
 
 
+def find_dataset_dir(root: Path, folder: str, marker: str, need) -> Path:
+    """`root/folder`, or root itself when it is that folder (by name, or by its `marker` file);
+    `need(path)` raises the data set's one-line error for a missing path."""
+    root = need(Path(root).expanduser().absolute())
+    if (root / folder).is_dir():
+        return root / folder
+    if root.name == folder or (root / marker).is_file():
+        return root
+    return need(root / folder)
+
+
+def malformed(dataset: str, path: Path, problem: str) -> DatasetError:
+    return DatasetError(f"{dataset}: {path}: {problem}")
+
+
 def image_table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:
     """A table with exactly COLUMNS (missing boxes as NaN), in a stable order."""
     df = pd.DataFrame(rows)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from scipy.io import loadmat
 
-from bench.sources.base import DatasetError, image_table, require
+from bench.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
 
 NAME = "flowers102"
 SOURCE = "https://www.robots.ox.ac.uk/~vgg/data/flowers/102/"
@@ -25,17 +25,12 @@ def _need(path: Path) -> Path:
 
 
 def _bad(path: Path, problem: str) -> DatasetError:
-    return DatasetError(f"{NAME}: {path}: {problem}")
+    return malformed(NAME, path, problem)
 
 
 def dataset_dir(root: Path) -> Path:
     """The folder holding jpg/ and the .mat files: `root/flowers-102` or root itself."""
-    root = _need(Path(root).expanduser().absolute())
-    if (root / FOLDER).is_dir():
-        return root / FOLDER
-    if root.name == FOLDER or (root / "imagelabels.mat").is_file():
-        return root
-    return _need(root / FOLDER)
+    return find_dataset_dir(root, FOLDER, "imagelabels.mat", _need)
 
 
 def _mat_ints(path: Path, key: str) -> np.ndarray:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.sources.base import DatasetError, image_table, require
+from bench.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
 
 NAME = "leafsnap"
 SOURCE = "http://leafsnap.com/dataset/"
@@ -26,17 +26,12 @@ def _need(path: Path) -> Path:
 
 
 def _bad(path: Path, problem: str) -> DatasetError:
-    return DatasetError(f"{NAME}: {path}: {problem}")
+    return malformed(NAME, path, problem)
 
 
 def dataset_dir(root: Path) -> Path:
     """The `leafsnap-dataset` folder, given it or its parent."""
-    root = _need(Path(root).expanduser().absolute())
-    if (root / FOLDER).is_dir():
-        return root / FOLDER
-    if root.name == FOLDER or (root / INDEX).is_file():
-        return root
-    return _need(root / FOLDER)
+    return find_dataset_dir(root, FOLDER, INDEX, _need)
 
 
 def read_index(path: Path) -> pd.DataFrame:

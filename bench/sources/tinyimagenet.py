@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.sources.base import DatasetError, image_table, require
+from bench.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
 
 NAME = "tinyimagenet"
 SOURCE = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -26,17 +26,12 @@ def _need(path: Path) -> Path:
 
 
 def _bad(path: Path, problem: str) -> DatasetError:
-    return DatasetError(f"{NAME}: {path}: {problem}")
+    return malformed(NAME, path, problem)
 
 
 def dataset_dir(root: Path) -> Path:
     """The `tiny-imagenet-200` folder, given it or its parent."""
-    root = _need(Path(root).expanduser().absolute())
-    if (root / FOLDER).is_dir():
-        return root / FOLDER
-    if root.name == FOLDER or (root / "wnids.txt").is_file():
-        return root
-    return _need(root / FOLDER)
+    return find_dataset_dir(root, FOLDER, "wnids.txt", _need)
 
 
 def _lines(path: Path) -> list[str]:
