@@ -340,3 +340,48 @@ def test_fixed_weights_is_an_nngk_option():
     out = CliRunner().invoke(main, ["run", "--loss", "softmax", "--fixed-weights"])
     assert out.exit_code != 0
     assert "loss 'softmax' does not take --fixed-weights" in out.output
+
+
+@pytest.mark.parametrize(
+    "dataset, protocol, make",
+    [
+        ("cub", "metric", lambda root: make_cub(root, classes=4, per_class=10)),
+        (
+            "cars196",
+            "classify",
+            lambda root: make_cars196(root, classes=4, per_class=10, layout="torchvision"),
+        ),
+        ("flowers102", "classify", lambda root: make_flowers102(root, classes=4, per_class=12)),
+        (
+            "leafsnap",
+            "classify",
+            lambda root: make_leafsnap(root, species=4, lab_per_species=2, field_per_species=12),
+        ),
+    ],
+)
+def test_each_miniature_runs_its_protocols_end_to_end(
+    dataset, protocol, make, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = make(tmp_path / "data")
+    run_cli(
+        "--protocol",
+        protocol,
+        "--loss",
+        "nngk",
+        "--dataset",
+        dataset,
+        "--data-root",
+        root,
+        *FAST,
+        "--embedding",
+        "fc",
+        "--results",
+        tmp_path / "r",
+    )
+    run, metrics = finished(tmp_path / "r", "nngk")
+    assert metrics["dataset"] == dataset and metrics["protocol"] == protocol
+    if protocol == "classify":
+        assert 0.0 <= metrics["accuracy"] <= 1.0
+    config = json.loads((run / "config.json").read_text())
+    assert config["protocol"] == protocol and config["resize"] == 20 and config["crop"] == 16
