@@ -160,8 +160,6 @@ def run(
     seeds = parse_ints(seed, "--seed")
     import torch
 
-    from bench.trainer import Trainer, run_baseline
-
     dev = torch.device(device) if device else None
     overrides = dict(
         epochs=epochs,
@@ -185,17 +183,58 @@ def run(
             dataset, loss, dims_list, params, protocol=protocol, seed=s, **overrides
         )
     ]
+    run_all(configs, results, force, dev)
+
+
+def run_all(configs: list, results: Path, force: bool, device) -> None:
+    """The baseline of the first config's data set, then every config; one-line errors."""
+    from bench.trainer import Trainer, run_baseline
+
     try:
         for cfg in configs:
             check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
-        run_baseline(configs[0], results, dev)
+        run_baseline(configs[0], results, device)
         for cfg in configs:
-            train_one(cfg, results / cfg.run_id(), force, dev, Trainer)
+            train_one(cfg, results / cfg.run_id(), force, device, Trainer)
     except KeyboardInterrupt:
         click.echo("interrupted; run the same command again to resume", err=True)
         sys.exit(130)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
+
+
+# Every loss, and triplet with each miner: the digits suite that CI and the report run.
+SUITE = (
+    ("nngk", {}),
+    ("softmax", {}),
+    ("contrastive", {}),
+    ("triplet", {"miner": "semihard"}),
+    ("triplet", {"miner": "easy-positive"}),
+    ("triplet", {"miner": "all"}),
+    ("npair", {}),
+    ("lifted", {}),
+    ("nca", {}),
+)
+
+
+@main.command()
+@click.option("--dims", default="64,512", show_default=True)
+@click.option("--seed", default="0,1,2", show_default=True)
+@click.option("--epochs", type=int, default=None, help="Default: the digits preset's.")
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+def suite(dims, seed, epochs, results):
+    """Every loss (triplet with each miner) on digits: the comparison in reports/."""
+    configs = [
+        c
+        for loss, params in SUITE
+        for s in parse_ints(seed, "--seed")
+        for c in make_configs(
+            "digits", loss, parse_ints(dims, "--dims"), params, seed=s, epochs=epochs
+        )
+    ]
+    run_all(configs, results, False, None)
 
 
 def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
@@ -267,6 +306,42 @@ def speed(batch, loader_dataset, data_root, resize, crop, backbone, images):
         tabulate(result.items(), headers=["loader", "value"], floatfmt=".2f", tablefmt="github")
     )
     shutil.rmtree(tmp, ignore_errors=True)
+
+
+@main.command()
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="CSV of expected metrics (table, method, dims, metric, value).",
+)
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option(
+    "--tolerance",
+    default=0.02,
+    show_default=True,
+    help="How far below the baseline a mean may fall.",
+)
+@click.option("--update", is_flag=True, help="Write the baseline from the runs instead.")
+def check(baseline, results, tolerance, update):
+    """Compare the runs' metrics with a baseline; exit non-zero on a regression."""
+    from bench.check import regressions, write_baseline
+
+    if update:
+        means = write_baseline(results, baseline)
+        click.echo(f"{baseline}: {len(means)} values from {results}")
+        return
+    try:
+        problems = regressions(results, baseline, tolerance)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    for line in problems:
+        click.echo(f"regression: {line}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"no regression against {baseline} (tolerance {tolerance})")
 
 
 @main.command(name="losses")

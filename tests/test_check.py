@@ -1,0 +1,56 @@
+import pandas as pd
+from click.testing import CliRunner
+
+from bench.cli import main
+from tests.test_report import fake_run
+
+
+def make_results(tmp_path):
+    results = tmp_path / "results"
+    fake_run(results, "a0", "nngk", 64, 0, 0.70)
+    fake_run(results, "a1", "nngk", 64, 1, 0.80)
+    fake_run(results, "t", "triplet", 64, 0, 0.50, miner="semihard")
+    return results
+
+
+def check(*args):
+    return CliRunner().invoke(main, ["check", *[str(a) for a in args]])
+
+
+def test_check_passes_on_the_true_baseline_and_fails_on_a_doctored_one(tmp_path):
+    results = make_results(tmp_path)
+    baseline = tmp_path / "baseline.csv"
+    assert check("--baseline", baseline, "--results", results, "--update").exit_code == 0
+    table = pd.read_csv(baseline)
+    row = table[(table["method"] == "nngk") & (table["metric"] == "map@r")].iloc[0]
+    assert row["value"] == 0.75 and row["runs"] == 2
+    out = check("--baseline", baseline, "--results", results)
+    assert out.exit_code == 0 and "no regression" in out.output
+
+    table.loc[(table["method"] == "triplet (semihard)") & (table["metric"] == "nmi"), "value"] = 0.6
+    table.to_csv(baseline, index=False)
+    out = check("--baseline", baseline, "--results", results)
+    assert out.exit_code == 1
+    assert "regression: digits / triplet (semihard) / d64 / nmi: 0.5000 < baseline 0.6000" in (
+        out.output
+    )
+    assert check("--baseline", baseline, "--results", results, "--tolerance", "0.2").exit_code == 0
+
+
+def test_check_names_a_run_that_is_missing(tmp_path):
+    results = make_results(tmp_path)
+    baseline = tmp_path / "baseline.csv"
+    check("--baseline", baseline, "--results", results, "--update")
+    (results / "t" / "metrics.json").unlink()
+    out = check("--baseline", baseline, "--results", results)
+    assert out.exit_code == 1 and "triplet (semihard) / d64 / map@r: no finished run" in out.output
+
+
+def test_unreadable_baseline_is_a_one_line_error(tmp_path):
+    bad = tmp_path / "b.csv"
+    bad.write_text("x,y\n1,2\n")
+    out = check("--baseline", bad, "--results", make_results(tmp_path))
+    assert out.exit_code == 1
+    assert out.output.strip().splitlines() == [
+        f"Error: baseline {bad} lacks columns: dims, method, metric, table, value"
+    ]
