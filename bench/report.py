@@ -16,6 +16,7 @@ from tabulate import tabulate  # noqa: E402
 from bench import store  # noqa: E402
 from bench.config import safe_name  # noqa: E402
 from bench.evaluate import METRIC_KEYS  # noqa: E402
+from bench.reference import reference_rows  # noqa: E402
 
 BASELINE_LOSS = "untrained"
 RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
@@ -39,7 +40,7 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
             problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
             continue
         init = metrics.get("untrained_network") or {}
-        protocol = metrics.get("protocol", "metric")
+        protocol = metrics.setdefault("protocol", "metric")
         table = safe_name(metrics["dataset"])
         table = table if protocol == "metric" else f"{table}-{protocol}"
         rows.append(
@@ -91,6 +92,42 @@ def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
     )
 
 
+def paper_table(dataset: str, protocol: str) -> pd.DataFrame:
+    """The papers' published numbers for this data set and protocol, one row per paper row."""
+    ref = reference_rows(dataset, protocol)
+    if not len(ref):
+        return ref
+    ref = ref.assign(dims=ref["dims"].astype("string").fillna(""))
+    keys = ["paper", "table", "method", "dims", "setting"]
+    wide = ref.pivot_table(index=keys, columns="metric", values="value", aggfunc="first")
+    order = [m for m in (*METRIC_KEYS, "accuracy", "far", "frr") if m in wide.columns]
+    return wide[order].reset_index()
+
+
+def paper_markdown(papers: pd.DataFrame) -> str:
+    if not len(papers):
+        return ""
+    metrics = [
+        c for c in papers.columns if c not in ("paper", "table", "method", "dims", "setting")
+    ]
+    rows = [
+        [
+            f"paper: {r['paper']}, {r['table']}",
+            r["method"],
+            r["dims"],
+            r["setting"],
+            *("" if pd.isna(r[m]) else f"{100 * r[m]:.2f}" for m in metrics),
+        ]
+        for _, r in papers.iterrows()
+    ]
+    headers = ["source", "method", "dims", "setting", *(COLUMNS.get(m, m) for m in metrics)]
+    return (
+        "\n## Published numbers (from the papers, not measured here)\n\n"
+        + tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+        + "\n"
+    )
+
+
 def plot(df: pd.DataFrame, dataset: str) -> bytes:
     trained = df[df["loss"] != BASELINE_LOSS]
     baseline = df[df["loss"] == BASELINE_LOSS]
@@ -133,11 +170,16 @@ def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
     for dataset in sorted(df["table"].unique()) if len(df) else []:
         part = df[df["table"] == dataset]
         summary = summarise(part)
+        papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
         files = {
-            out / f"{dataset}.md": markdown_table(summary, dataset).encode(),
+            out / f"{dataset}.md": (
+                markdown_table(summary, dataset) + paper_markdown(papers)
+            ).encode(),
             out / f"{dataset}.csv": summary.to_csv(index=False, float_format="%.6f").encode(),
             out / f"{dataset}.png": plot(part, dataset),
         }
+        if len(papers):
+            files[out / f"{dataset}-paper.csv"] = papers.to_csv(index=False).encode()
         for path, data in files.items():
             store.atomic_write_bytes(path, data)
             written.append(path)

@@ -94,3 +94,23 @@ def test_report_with_no_runs(tmp_path):
     written, problems = write_report(tmp_path / "none", tmp_path / "rep")
     assert problems == [] and [p.name for p in written] == ["README.md"]
     assert "No finished runs" in (tmp_path / "rep" / "README.md").read_text()
+
+
+def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):
+    results = tmp_path / "results"
+    metrics = {k: 0.5 for k in KEYS}
+    metrics.update(dataset="cars196", protocol="metric", loss="nngk", miner=None, dims=64, seed=0)
+    atomic_write_json(results / "cars" / "metrics.json", metrics)
+    out = tmp_path / "reports"
+    write_report(results, out)
+    measured, _, published = (out / "cars196.md").read_text().partition("## Published numbers")
+    assert "| nngk " in measured and "paper:" not in measured
+    ours = next(line for line in published.splitlines() if "| Ours " in line and " 1024 " in line)
+    assert "paper: Meyer et al. 2018, Table 1" in ours and "79.65" in ours and "65.30" in ours
+    papers = pd.read_csv(out / "cars196-paper.csv")
+    assert (
+        len(papers[(papers["paper"] == "Meyer et al. 2018") & (papers["table"] == "Table 1")]) == 11
+    )
+    assert (
+        "Published" not in (out / "digits.md").read_text() if (out / "digits.md").exists() else True
+    )
