@@ -78,6 +78,7 @@ class NNGKLoss(BenchLoss):
         self.register_buffer("centre_labels", torch.zeros(num_train, dtype=torch.long))
         self.register_buffer("neighbours", torch.zeros(num_train, self.k, dtype=torch.long))
         self.register_buffer("refreshed", torch.tensor(False))
+        self._stats = torch.zeros(3, dtype=torch.float64)  # sum distance, sum kernel, count
 
     @torch.no_grad()
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
@@ -104,6 +105,7 @@ class NNGKLoss(BenchLoss):
         logits = kernel_logits(
             embeddings, self.centres[nbr].to(embeddings), self.log_weights[nbr], self.sigma
         )
+        self._record(embeddings.detach(), nbr)
         same = self.centre_labels[nbr] == labels.to(nbr.device).unsqueeze(1)
         numerator = torch.logsumexp(logits.masked_fill(~same, float("-inf")), dim=1)
         denominator = torch.logsumexp(logits, dim=1)
@@ -117,6 +119,21 @@ class NNGKLoss(BenchLoss):
         return nngk_class_probabilities(
             queries, train, train_labels, self.log_weights, self.sigma, self.k, num_classes
         )
+
+    @torch.no_grad()
+    def _record(self, x: torch.Tensor, nbr: torch.Tensor) -> None:
+        d2 = (x.unsqueeze(1) - self.centres[nbr].to(x)).pow(2).sum(-1).double().cpu()
+        kernel = torch.exp(-d2 / (2.0 * self.sigma**2))
+        self._stats += torch.stack([d2.sqrt().sum(), kernel.sum(), torch.tensor(d2.numel())])
+
+    def epoch_stats(self) -> dict[str, float]:
+        """Fig. 4b, 4c: mean distance and mean kernel value (Eq. 1) from the training examples
+        to the centres of their neighbour lists (k nearest at the last refresh), this epoch."""
+        total_d, total_k, count = self._stats.tolist()
+        self._stats.zero_()
+        if not count:
+            return {}
+        return {"mean_centre_distance": total_d / count, "mean_kernel_value": total_k / count}
 
 
 @torch.no_grad()

@@ -43,6 +43,7 @@ def test_run_writes_a_complete_run_folder(nngk_run):
     history = pd.read_csv(run_dir / "history.csv")
     assert history["epoch"].tolist() == [1, 2]
     assert {"train_loss", "val_map@r", "val_recall@1", "seconds"} <= set(history.columns)
+    assert {"mean_centre_distance", "mean_kernel_value"} <= set(history.columns)  # Fig. 4b, 4c
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert set(METRIC_KEYS) <= set(metrics)
     assert metrics["dataset"] == "digits" and metrics["loss"] == "nngk" and metrics["dims"] == 16

@@ -734,3 +734,23 @@ def test_unknown_parameter_names_what_the_loss_takes():
 def test_unknown_miner_through_triplet_params():
     with pytest.raises(ValueError, match="semihard"):
         losses.build_loss("triplet", {"miner": "hardest"}, num_train=10, num_classes=2, dims=2)
+
+
+def test_nngk_epoch_stats_are_mean_distance_and_kernel_to_the_neighbour_centres():
+    torch.manual_seed(0)
+    loss = losses.build_loss("nngk", {"k": 3, "sigma": 1.5}, num_train=8, dims=2)
+    centres = torch.randn(8, 2, dtype=torch.float64)
+    loss.refresh(centres, torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]))
+    x = torch.randn(4, 2, dtype=torch.float64)
+    idx = torch.tensor([0, 2, 5, 7])
+    loss(x, torch.tensor([0, 0, 1, 1]), idx)
+    dists = [
+        math.dist(x[b].tolist(), centres[j].tolist())
+        for b in range(4)
+        for j in loss.neighbours[idx[b]].tolist()
+    ]
+    stats = loss.epoch_stats()
+    assert stats["mean_centre_distance"] == pytest.approx(sum(dists) / len(dists))
+    kernels = [math.exp(-(d**2) / (2 * 1.5**2)) for d in dists]
+    assert stats["mean_kernel_value"] == pytest.approx(sum(kernels) / len(kernels))
+    assert loss.epoch_stats() == {}  # reset for the next epoch
