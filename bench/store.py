@@ -21,6 +21,7 @@ CONFIG = "config.json"
 HISTORY = "history.csv"
 CHECKPOINT = "checkpoint.pt"
 EMBEDDINGS = "test_embeddings.npz"
+TRAIN_EMBEDDINGS = "train_embeddings.npz"
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

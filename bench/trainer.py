@@ -286,6 +286,10 @@ class Trainer:
             self.model.load_state_dict(best["model"])
         metrics, emb, labels = self.test(write_tables=True)
         store.atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+        train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
+        store.atomic_save_npz(
+            self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
+        )
         metrics.update(
             run_summary(
                 self.cfg, best_epoch=best["epoch"], untrained_network=progress["untrained_network"]

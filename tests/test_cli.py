@@ -48,6 +48,14 @@ def test_run_writes_a_complete_run_folder(nngk_run):
     assert set(METRIC_KEYS) <= set(metrics)
     assert metrics["dataset"] == "digits" and metrics["loss"] == "nngk" and metrics["dims"] == 16
     assert (run_dir / "checkpoint.pt").is_file()
+    train = np.load(run_dir / "train_embeddings.npz")
+    assert train["embeddings"].shape == (len(train["labels"]), 16) and set(train["labels"]) == {
+        0,
+        1,
+        2,
+        3,
+        4,
+    }
     (baseline,) = finished_runs(results, "untrained")
     assert json.loads((baseline / "metrics.json").read_text())["map@r"] == pytest.approx(
         0.611, abs=1e-3
