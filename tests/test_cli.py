@@ -122,7 +122,7 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--loss", "hinge"], "unknown loss 'hinge'; expected one of: contrastive, lifted"),
+        (["--loss", "hinge"], "unknown loss 'hinge'; expected one of: bce-pair, contrastive"),
         (["--loss", "triplet", "--miner", "hardest"], "unknown miner 'hardest'; expected one of"),
         (["--dataset", "mnist"], "unknown data set 'mnist'; expected one of: digits"),
         (["--dims", "64,abc"], "bad --dims '64,abc'; expected comma-separated positive integers"),
@@ -150,8 +150,8 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [
-        "Error: unknown loss 'nope'; expected one of: contrastive, lifted, nca, nngk, npair, "
-        "softmax, triplet"
+        "Error: unknown loss 'nope'; expected one of: bce-pair, contrastive, contrastive-centroid, "
+        "contrastive-squared, lifted, nca, nngk, npair, softmax, triplet, triplet-nca"
     ]
 
 
@@ -242,3 +242,27 @@ def test_speed_benchmark_prints_ratios():
         "cached / model",
     ):
         assert row in out.output
+
+
+def test_triplet_nca_form_runs_as_its_own_loss(tmp_path):
+    out = cli(
+        "run",
+        "--loss",
+        "triplet",
+        "--triplet-form",
+        "nca",
+        "--miner",
+        "easy-positive",
+        "--epochs",
+        "1",
+        "--dims",
+        "8",
+        "--results",
+        tmp_path,
+    )
+    assert out.exit_code == 0, out.output
+    (run_dir,) = finished_runs(tmp_path, "triplet-nca")
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["loss"] == "triplet-nca" and metrics["miner"] == "easy-positive"
+    out = CliRunner().invoke(main, ["run", "--loss", "nngk", "--triplet-form", "nca"])
+    assert out.exit_code != 0 and "applies to --loss triplet only" in out.output

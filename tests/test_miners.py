@@ -98,7 +98,7 @@ def mine(name: str, margin: float, x, labels) -> list[tuple[int, int, int]]:
 
 
 def test_miner_names():
-    assert miner_names() == ["all", "easy-positive", "semihard"]
+    assert miner_names() == ["all", "centroid-hard-negative", "easy-positive", "semihard"]
 
 
 def test_unknown_miner_lists_valid_names():
