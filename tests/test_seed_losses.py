@@ -23,21 +23,10 @@ from losses.pair_generator import balanced_pairs
 from losses.registry import build_loss, loss_defaults
 from miners import build_miner
 from miners.centroid_hard_negative import CentroidHardNegativeMiner, closest_classes
+from tests.test_losses import rows, unit_rows
 
 F64 = torch.float64
 LABELS = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
-
-
-def rows(x: torch.Tensor) -> list[list[torch.Tensor]]:
-    return [[x[i, t] for t in range(x.shape[1])] for i in range(x.shape[0])]
-
-
-def unit_rows(x: torch.Tensor) -> list[list[torch.Tensor]]:
-    out = []
-    for r in rows(x):
-        norm = torch.sqrt(sum(v * v for v in r))
-        out.append([v / norm for v in r])
-    return out
 
 
 def dot(u, v) -> torch.Tensor:
