@@ -266,3 +266,14 @@ def test_triplet_nca_form_runs_as_its_own_loss(tmp_path):
     assert metrics["loss"] == "triplet-nca" and metrics["miner"] == "easy-positive"
     out = CliRunner().invoke(main, ["run", "--loss", "nngk", "--triplet-form", "nca"])
     assert out.exit_code != 0 and "applies to --loss triplet only" in out.output
+
+
+def test_visualize_draws_a_runs_tsne_similarity_and_centre_statistics(nngk_run, tmp_path):
+    _, run_dir = nngk_run
+    out = cli("visualize", run_dir, "--out", tmp_path, "--max-points", "150")
+    assert out.exit_code == 0, out.output
+    for name in ("tsne.png", "similarity.png", "centres.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "empty").mkdir()
+    out = CliRunner().invoke(main, ["visualize", str(tmp_path / "empty")])
+    assert out.exit_code == 1 and "train_embeddings.npz not found" in out.output

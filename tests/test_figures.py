@@ -1,0 +1,250 @@
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import precision_recall_curve
+
+from bench import figures
+from bench.evaluate import knn
+
+PNG = b"\x89PNG"
+
+
+def clusters(seed: int, per_class: int = 30, classes: int = 3, dims: int = 10):
+    """Well-separated Gaussian clusters; the seed picks the centres and the noise."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(classes), per_class)
+    centres = rng.normal(0.0, 10.0, (classes, dims))
+    return centres[labels] + rng.normal(0.0, 1.0, (len(labels), dims)), labels
+
+
+def runs() -> pd.DataFrame:
+    rows = []
+    for method in ("nngk", "triplet"):
+        for dims in (64, 128, 512):
+            for seed in (0, 1):
+                base = 0.5 + dims / 2000 + seed / 50 + (method == "nngk") / 10
+                rows.append(
+                    {
+                        "method": method,
+                        "dims": dims,
+                        "seed": seed,
+                        **{f"recall@{k}": min(base + k / 40, 1.0) for k in (1, 2, 4, 8)},
+                        "nmi": base / 2,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def pr_curve(seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    same = rng.random(200) < 0.5
+    precision, recall, _ = precision_recall_curve(same, same + rng.normal(0, 0.8, 200))
+    return pd.DataFrame({"precision": precision, "recall": recall})
+
+
+def yoked_figure() -> bytes:
+    a, labels = clusters(0, per_class=20)
+    b, _ = clusters(1, per_class=20)
+    layouts = figures.yoked_tsne([a, b], iterations=300)
+    return figures.yoked_tsne_figure(layouts, labels, ["loss A", "loss B"])
+
+
+def similarity_figure() -> bytes:
+    train, train_labels = clusters(0)
+    test, test_labels = clusters(1, per_class=1, classes=40)
+    return figures.similarity_scatter_figure(
+        figures.similarity_scatter(train, train_labels),
+        figures.similarity_scatter(test, test_labels % 7),
+    )
+
+
+def joint_figure() -> bytes:
+    train, train_labels = clusters(0, per_class=20)
+    test, test_labels = clusters(1, per_class=15)
+    return figures.joint_tsne(train, train_labels, test, test_labels + 3)
+
+
+FIGURES = {
+    "recall_at_k_curves": lambda: figures.recall_at_k_curves(runs()),
+    "metric_vs_dims": lambda: figures.metric_vs_dims(runs(), "nmi"),
+    "accuracy_vs_examples": lambda: figures.accuracy_vs_examples(
+        pd.DataFrame(
+            {
+                "method": ["nngk"] * 3 + ["softmax"] * 3,
+                "train_per_class": [5, 10, 20] * 2,
+                "accuracy": [0.3, 0.5, 0.6, 0.2, 0.4, 0.55],
+            }
+        )
+    ),
+    "neighbours_effect": lambda: figures.neighbours_effect(
+        pd.DataFrame({"k": [1, 5, 50, 200] * 2, "map@r": np.linspace(0.1, 0.5, 8)}),
+        "map@r",
+    ),
+    "neighbours_effect_hue": lambda: figures.neighbours_effect(
+        runs().assign(k=lambda d: 2 ** (d["seed"] + 3)), "recall@1"
+    ),
+    "centre_statistics": lambda: figures.centre_statistics(
+        pd.DataFrame(
+            {
+                "epoch": [0, 1, 2, 3],
+                "mean_centre_distance": [1.5, 1.1, 0.9, 0.8],
+                "mean_kernel_value": [0.1, 0.3, np.nan, 0.5],
+            }
+        )
+    ),
+    "pair_distance_histograms": lambda: figures.pair_distance_histograms(
+        np.concatenate([np.linspace(0, 0.6, 50), np.linspace(0.3, 1.2, 70)]),
+        np.arange(120) < 50,
+        "seen categories",
+    ),
+    "pr_curves": lambda: figures.pr_curves({"seen": pr_curve(0), "unseen": pr_curve(1)}),
+    "similarity_scatter_figure": similarity_figure,
+    "yoked_tsne_figure": yoked_figure,
+    "joint_tsne": joint_figure,
+}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figures_are_png_and_deterministic(name):
+    first = FIGURES[name]()
+    assert first.startswith(PNG)
+    assert FIGURES[name]() == first
+    assert plt.get_fignums() == []  # every figure closed
+
+
+def test_missing_columns_are_named():
+    with pytest.raises(ValueError, match="train_per_class"):
+        figures.accuracy_vs_examples(pd.DataFrame({"method": ["a"], "accuracy": [0.5]}))
+
+
+def brute_force_similarity(x: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
+    unit = [row / np.linalg.norm(row) for row in x]
+    rows = []
+    for i in range(len(x)):
+        same = [unit[i] @ unit[j] for j in range(len(x)) if j != i and labels[j] == labels[i]]
+        other = [unit[i] @ unit[j] for j in range(len(x)) if labels[j] != labels[i]]
+        best_same = max(same) if same else np.nan
+        best_other = max(other) if other else np.nan
+        correct = bool(same) and (not other or best_same > best_other)
+        rows.append({"same": best_same, "different": best_other, "correct": correct})
+    return pd.DataFrame(rows)
+
+
+def assert_same_table(got: pd.DataFrame, expected: pd.DataFrame) -> None:
+    assert list(got.columns) == ["same", "different", "correct"]
+    np.testing.assert_allclose(got["same"], expected["same"], atol=1e-12)
+    np.testing.assert_allclose(got["different"], expected["different"], atol=1e-12)
+    assert got["correct"].tolist() == expected["correct"].tolist()
+
+
+def test_similarity_scatter_hand_made():
+    x = np.array([[1.0, 0.0], [2.0, 0.2], [0.0, 1.0], [0.1, 3.0], [1.0, 1.0]])
+    labels = np.array([0, 0, 1, 1, 2])  # class 2 has one member
+    got = figures.similarity_scatter(x, labels)
+    cos = 2.0 / np.sqrt(4.04)  # points 0 and 1
+    assert got["same"][0] == pytest.approx(cos)  # not 1.0: the point itself is excluded
+    assert got["different"][0] == pytest.approx(1 / np.sqrt(2))  # point 4
+    assert got["correct"][:4].tolist() == [True, True, True, True]
+    assert np.isnan(got["same"][4]) and not got["correct"][4]
+    assert got["different"][4] == pytest.approx(2.2 / np.sqrt(2 * 4.04))  # point 1
+    assert_same_table(got, brute_force_similarity(x, labels))
+
+
+def test_similarity_scatter_ties_and_one_class():
+    dup = np.array([[1.0, 0.0], [3.0, 0.0], [2.0, 0.0]])
+    tied = figures.similarity_scatter(dup, np.array([0, 0, 1]))
+    assert tied["correct"][:2].tolist() == [False, False]  # same == different is not closer
+    one_class = figures.similarity_scatter(dup, np.zeros(3))
+    assert one_class["different"].isna().all() and one_class["correct"].all()
+
+
+def test_similarity_scatter_matches_brute_force(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(45, 6)) * rng.uniform(0.1, 10, (45, 1))  # cosine ignores the norm
+    labels = rng.integers(0, 6, 45)
+    monkeypatch.setattr(figures, "SIMILARITY_BLOCK", 7)  # several blocks, a ragged last one
+    assert_same_table(figures.similarity_scatter(x, labels), brute_force_similarity(x, labels))
+
+
+@pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
+@pytest.mark.parametrize("perplexity", [5.0, 20.0])
+def test_perplexity_calibration(scale, perplexity):
+    x, _ = clusters(4, per_class=25, classes=4)
+    cond = figures.conditional_probabilities(scale * x, perplexity)
+    np.testing.assert_allclose(cond.sum(axis=1), 1.0)
+    assert np.all(np.diag(cond) == 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bits = -np.nansum(cond * np.log2(cond), axis=1)
+    np.testing.assert_allclose(2**bits, perplexity, atol=1e-3)
+    p = figures.joint_probabilities(scale * x, perplexity)
+    np.testing.assert_allclose(p, p.T, atol=0)
+    assert p.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_perplexity_beyond_the_points_is_refused():
+    with pytest.raises(ValueError, match="perplexity"):
+        figures.conditional_probabilities(np.eye(5), 10.0)
+
+
+def knn_accuracy(layout: np.ndarray, labels: np.ndarray, k: int = 5) -> float:
+    _, idx = knn(layout, k)
+    return float((labels[idx] == labels[:, None]).mean())
+
+
+def misalignment(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm((a - a.mean(axis=0)) - (b - b.mean(axis=0)), axis=1).mean())
+
+
+def test_yoked_tsne_alignment():
+    a, labels = clusters(0)
+    b, _ = clusters(1)  # the same points and classes, embedded differently
+    free = figures.yoked_tsne([a, b], alignment=0.0)
+    yoked = figures.yoked_tsne([a, b], alignment=10.0)
+    for layout in (*free, *yoked):
+        assert layout.shape == (len(a), 2) and np.isfinite(layout).all()
+    for layout in free:
+        assert knn_accuracy(layout, labels) > 0.9
+    assert misalignment(*yoked) < 0.1 * misalignment(*free)
+    assert misalignment(*free) > 1.0
+
+
+def test_yoked_tsne_is_deterministic_and_takes_several_layouts():
+    embeddings = [clusters(seed, per_class=15)[0] for seed in range(3)]
+    first = figures.yoked_tsne(embeddings, iterations=200, seed=5)
+    second = figures.yoked_tsne(embeddings, iterations=200, seed=5)
+    assert len(first) == 3
+    for a, b in zip(first, second, strict=True):
+        assert a.shape == (45, 2) and np.isfinite(a).all()
+        np.testing.assert_array_equal(a, b)
+
+
+def test_yoked_tsne_needs_the_same_points():
+    with pytest.raises(ValueError, match="same points"):
+        figures.yoked_tsne([np.zeros((10, 3)), np.zeros((11, 3))])
+
+
+@pytest.mark.parametrize("sets", [2, 3, 5])
+def test_alignment_step_solves_the_implicit_system(sets):
+    rng = np.random.default_rng(sets)
+    y = rng.normal(size=(sets, 7, 2))
+    step = rng.uniform(0.1, 100.0, size=(sets, 7, 2))
+    got = figures._aligned(y, step, alignment=3.0)
+    path = np.diff(np.eye(sets), axis=0)
+    laplacian = path.T @ path
+    for i in range(7):
+        for c in range(2):
+            system = np.eye(sets) + np.diag(step[:, i, c] * 3.0 / 7) @ laplacian
+            np.testing.assert_allclose(got[:, i, c], np.linalg.solve(system, y[:, i, c]))
+
+
+def test_tsne_2d_clips_the_perplexity_for_tiny_inputs():
+    assert figures.clip_perplexity(30, 10) == 3.0
+    assert figures.clip_perplexity(30, 1000) == 30.0
+    layout = figures.tsne_2d(np.random.default_rng(0).normal(size=(6, 4)))
+    assert layout.shape == (6, 2) and np.isfinite(layout).all()
+
+
+def test_joint_tsne_figure_needs_a_row_per_point():
+    with pytest.raises(ValueError, match="one row per"):
+        figures.joint_tsne_figure(np.zeros((5, 2)), np.zeros(3), np.zeros(3))
