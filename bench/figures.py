@@ -56,16 +56,21 @@ def _style() -> Iterator[None]:
         yield
 
 
-def _subplots(ncols: int, sharey: bool = False) -> tuple[Figure, np.ndarray]:
+def _subplots(panels: int, sharey: bool = False, per_row: int = 4) -> tuple[Figure, np.ndarray]:
+    """`panels` axes, at most `per_row` to a row (the unused ones of the last row hidden)."""
+    ncols = min(panels, per_row)
+    nrows = -(-panels // ncols)
     fig, axes = plt.subplots(
-        1,
+        nrows,
         ncols,
-        figsize=(PANEL[0] * ncols, PANEL[1]),
+        figsize=(PANEL[0] * ncols, PANEL[1] * nrows),
         squeeze=False,
         sharey=sharey,
         layout="constrained",
     )
-    return fig, axes[0]
+    for ax in axes.flat[panels:]:
+        ax.set_visible(False)
+    return fig, axes.flat[:panels]
 
 
 def _png(fig: Figure) -> bytes:

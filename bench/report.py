@@ -16,6 +16,7 @@ from tabulate import tabulate  # noqa: E402
 from bench import store  # noqa: E402
 from bench.config import safe_name  # noqa: E402
 from bench.evaluate import METRIC_KEYS  # noqa: E402
+from bench.figures import recall_at_k_curves  # noqa: E402
 from bench.reference import reference_rows  # noqa: E402
 
 BASELINE_LOSS = "untrained"
@@ -180,13 +181,13 @@ def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
         }
         if len(papers):
             files[out / f"{dataset}-paper.csv"] = papers.to_csv(index=False).encode()
+        trained = part[part["loss"] != BASELINE_LOSS]
+        if len(trained):  # seed 000 Fig. 2c, 2d
+            files[out / f"{dataset}-recall-at-k.png"] = recall_at_k_curves(trained)
         for path, data in files.items():
             store.atomic_write_bytes(path, data)
             written.append(path)
-        index.append(
-            f"- {dataset}: [table]({dataset}.md), [CSV]({dataset}.csv), "
-            f"[R@1 and NMI against dims]({dataset}.png)"
-        )
+        index.append(f"- {dataset}: " + ", ".join(f"[{p.name}]({p.name})" for p in files))
     if not len(df):
         index.append("No finished runs.")
     readme = out / "README.md"

@@ -47,7 +47,13 @@ def test_summary_is_mean_and_std_over_seeds_with_baseline_first(results):
 def test_report_writes_table_csv_plot_and_index(results, tmp_path):
     out = tmp_path / "reports"
     written, problems = write_report(results, out)
-    assert {p.name for p in written} == {"digits.md", "digits.csv", "digits.png", "README.md"}
+    assert {p.name for p in written} == {
+        "digits.md",
+        "digits.csv",
+        "digits.png",
+        "digits-recall-at-k.png",
+        "README.md",
+    }
     md = (out / "digits.md").read_text()
     lines = [line for line in md.splitlines() if line.startswith("|")]
     header = [c.strip() for c in lines[0].split("|")[1:-1]]
