@@ -21,6 +21,14 @@ from bench.reference import reference_rows  # noqa: E402
 
 BASELINE_LOSS = "untrained"
 RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
+PROTOCOL_COLUMNS = {
+    "accuracy": "Accuracy",
+    **{
+        f"{split}_{m}": f"{split} {label}"
+        for split in ("seen", "unseen")
+        for m, label in (("accuracy", "acc."), ("far", "FAR"), ("frr", "FRR"), ("ap", "AP"))
+    },
+}
 COLUMNS = {
     "recall@1": "R@1",
     "recall@2": "R@2",
@@ -55,10 +63,16 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
     return df, problems
 
 
+def protocol_metrics(df: pd.DataFrame) -> list[str]:
+    """The protocol's own metrics that these runs have (classify: accuracy; pairs: seen and
+    unseen verification), shown after the retrieval metrics."""
+    return [m for m in PROTOCOL_COLUMNS if m in df and df[m].notna().any()]
+
+
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """Mean and std over seeds per method and embedding size, baseline first."""
     grouped = df.groupby(["method", "dims"], sort=True)
-    table = grouped[[*METRIC_KEYS, "init_map@r"]].agg(["mean", "std"])
+    table = grouped[[*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]].agg(["mean", "std"])
     table.columns = [f"{m}_{s}" for m, s in table.columns]
     table["runs"] = grouped.size()
     table = table.reset_index()
@@ -74,17 +88,26 @@ def cell(mean: float, std: float) -> str:
 
 
 def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
+    extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
+    keys = (*METRIC_KEYS, *extra, "init_map@r")
     rows = [
         [
             r["method"],
             int(r["dims"]),
-            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in (*METRIC_KEYS, "init_map@r")),
+            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in keys),
             int(r["runs"]),
         ]
         for _, r in summary.iterrows()
     ]
-    headers = ["loss", "dims", *COLUMNS.values(), "MAP@R at init", "runs"]
-    body = tabulate(rows, headers=headers, tablefmt="github")
+    headers = [
+        "loss",
+        "dims",
+        *COLUMNS.values(),
+        *(PROTOCOL_COLUMNS[m] for m in extra),
+        "MAP@R at init",
+        "runs",
+    ]
+    body = tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
     return (
         f"# {dataset}: embedding results on the test split\n\n"
         "Metrics x100, mean ± std over seeds (runs = number of seeds). The untrained row "

@@ -120,3 +120,45 @@ def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):
     assert (
         "Published" not in (out / "digits.md").read_text() if (out / "digits.md").exists() else True
     )
+
+
+def test_protocol_tables_show_their_own_metrics(tmp_path):
+    results = tmp_path / "results"
+    for seed, acc in ((0, 0.8), (1, 0.9)):
+        metrics = {k: 0.5 for k in KEYS}
+        metrics.update(
+            dataset="cub",
+            protocol="classify",
+            loss="softmax",
+            miner=None,
+            dims=64,
+            seed=seed,
+            accuracy=acc,
+        )
+        atomic_write_json(results / f"c{seed}" / "metrics.json", metrics)
+    pairs = {k: 0.5 for k in KEYS}
+    pairs.update(
+        dataset="tinyimagenet",
+        protocol="pairs",
+        loss="contrastive",
+        miner=None,
+        dims=96,
+        seed=0,
+        seen_accuracy=0.9,
+        seen_far=0.1,
+        seen_frr=0.2,
+        seen_ap=0.95,
+        unseen_accuracy=0.6,
+        unseen_far=0.3,
+        unseen_frr=0.5,
+        unseen_ap=0.7,
+    )
+    atomic_write_json(results / "p" / "metrics.json", pairs)
+    out = tmp_path / "reports"
+    write_report(results, out)
+    classify = (out / "cub-classify.md").read_text()
+    assert "| Accuracy " in classify and "85.00 ± 7.07" in classify
+    verification = (out / "tinyimagenet-pairs.md").read_text().split("## Published")[0]
+    header = next(line for line in verification.splitlines() if line.startswith("| loss"))
+    assert "seen acc." in header and "unseen FRR" in header and "Accuracy" not in header
+    assert "| 60.00 " in verification and "| 95.00 " in verification
