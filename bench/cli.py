@@ -10,7 +10,7 @@ import click
 
 from bench import store
 from bench.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
-from bench.config import make_configs
+from bench.config import PRESETS, make_configs
 from bench.data import check_dataset
 from bench.protocols import PROTOCOLS
 
@@ -82,6 +82,12 @@ def main() -> None:
 )
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default="metric", show_default=True)
 @click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="A paper's settings in place of the protocol's preset (seed003: Liu et al.).",
+)
+@click.option(
     "--data-root",
     default=None,
     help="Folder holding the data sets (default: $NNGK_DATA, else ~/data).",
@@ -132,6 +138,7 @@ def run(
     loss,
     dataset,
     protocol,
+    preset,
     data_root,
     dims,
     miner,
@@ -192,7 +199,14 @@ def run(
         c
         for s in seeds
         for c in make_configs(
-            dataset, loss, dims_list, params, protocol=protocol, seed=s, **overrides
+            dataset,
+            loss,
+            dims_list,
+            params,
+            protocol=protocol,
+            preset=preset or "",
+            seed=s,
+            **overrides,
         )
     ]
     run_all(configs, results, force, dev)
@@ -229,21 +243,50 @@ SUITE = (
 )
 
 
+# Seed 003's selection strategies (NCA-form triplets; N-pair), each with FC and GAP embeddings.
+SEED003_SUITE = (
+    ("triplet-nca", {"miner": "all"}),
+    ("triplet-nca", {"miner": "semihard"}),
+    ("triplet-nca", {"miner": "easy-positive"}),
+    ("npair", {}),
+)
+
+
 @main.command()
-@click.option("--dims", default="64,512", show_default=True)
+@click.option("--dims", default=None, help="Default: 64,512 (seed003: 64, GAP its own size).")
 @click.option("--seed", default="0,1,2", show_default=True)
 @click.option("--epochs", type=int, default=None, help="Default: the digits preset's.")
 @click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
+)
+@click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-def suite(dims, seed, epochs, results):
-    """The seven core losses (triplet with each miner) on digits: the comparison in reports/."""
+def suite(dims, seed, epochs, preset, results):
+    """The seven core losses (triplet with each miner) on digits: the comparison in reports/.
+    With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+    if preset:
+        # A GAP embedding has its layer's size: --dims applies to the FC runs only.
+        plan = [(loss, p, emb) for loss, p in SEED003_SUITE for emb in ("fc", "gap")]
+    else:
+        plan = [(loss, p, None) for loss, p in SUITE]
+        dims = dims or "64,512"
     configs = [
         c
-        for loss, params in SUITE
+        for loss, params, embedding in plan
         for s in parse_ints(seed, "--seed")
         for c in make_configs(
-            "digits", loss, parse_ints(dims, "--dims"), params, seed=s, epochs=epochs
+            "digits",
+            loss,
+            None if embedding == "gap" else parse_ints(dims, "--dims"),
+            params,
+            preset=preset or "",
+            seed=s,
+            epochs=epochs,
+            embedding=embedding,
         )
     ]
     run_all(configs, results, False, None)

@@ -9,8 +9,9 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-# Where the data lies and how it is loaded does not change what a run computes.
-NOT_HASHED = ("data_root", "workers")
+# Where the data lies, how it is loaded and which preset gave the defaults do not change what a
+# run computes.
+NOT_HASHED = ("data_root", "workers", "preset")
 
 
 def safe_name(dataset: str) -> str:
@@ -43,6 +44,7 @@ class RunConfig:
     crop: int = 224
     pad: int = 0
     seed: int = 0
+    preset: str = ""
     data_root: str = ""
     workers: int = 0
 
@@ -138,8 +140,41 @@ PAIRS = Preset(
 )
 
 
-def preset_for(protocol: str, dataset: str) -> Preset:
-    """The preset of a protocol for a data set (digits has its own under every protocol)."""
+# Seed 003 §2 (Liu et al.): ImageNet ResNet18, a 64-d embedding, batch 128, images resized to
+# 256x256, random crops from the image padded by 10 pixels a side, horizontal flips; SGD. The
+# paper gives no learning rate, weight decay or epochs: SGD lr 1e-3 for fine-tuning a pretrained
+# ResNet at batch 128, seed 000's weight decay, 30 epochs. Its losses are triplet-nca (with the
+# all, semihard and easy-positive miners) and npair; `--embedding gap` takes the 512-d GAP layer.
+SEED003 = Preset(
+    dims=(64,),
+    config=dict(
+        backbone="resnet18",
+        pretrained="imagenet",
+        epochs=30,
+        batch_size=128,
+        m_per_class=4,
+        lr=1e-3,
+        weight_decay=2e-4,
+        resize=256,
+        crop=256,
+        pad=10,
+    ),
+)
+# On digits: the digits preset with seed 003's embedding size and batch; the one-pixel shift of
+# the digits' training images is their padded random crop. small_cnn's GAP layer has 64 dims, so
+# FC and GAP embeddings compare at the same size.
+SEED003_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
+PRESETS = {"seed003": (SEED003, SEED003_DIGITS)}
+
+
+def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
+    """The preset of a protocol for a data set (digits has its own under every protocol), or
+    a named paper's preset (`PRESETS`) in place of the protocol's."""
+    if preset:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown preset {preset!r}; expected one of: {', '.join(PRESETS)}")
+        images, small = PRESETS[preset]
+        return small if dataset == "digits" else images
     if dataset == "digits":
         return DIGITS
     if protocol == "classify":
@@ -154,18 +189,24 @@ def make_configs(
     dims: tuple[int, ...] | None,
     loss_params: dict[str, Any],
     protocol: str = "metric",
+    preset: str = "",
     **overrides: Any,
 ) -> list[RunConfig]:
     """One config per embedding size: preset values, then the user's overrides on top.
 
-    A preset's loss parameter may be a function of the embedding size (NNGK's sigma)."""
-    preset = preset_for(protocol, dataset)
-    base = RunConfig(dataset=dataset, protocol=protocol, loss=loss, **preset.config)
+    A preset's loss parameter may be a function of the embedding size (NNGK's sigma). A GAP
+    embedding without explicit sizes takes the size of the backbone's GAP layer."""
+    chosen = preset_for(protocol, dataset, preset)
+    base = RunConfig(dataset=dataset, protocol=protocol, loss=loss, preset=preset, **chosen.config)
     base = replace(base, **{k: v for k, v in overrides.items() if v is not None})
+    if not dims and base.embedding == "gap":
+        from bench.backbones import GAP_DIMS
+
+        dims = (GAP_DIMS.get(base.backbone, chosen.dims[0]),)
     configs = []
-    for d in dims or preset.dims:
+    for d in dims or chosen.dims:
         params = {
-            k: v(d) if callable(v) else v for k, v in preset.loss_params.get(loss, {}).items()
+            k: v(d) if callable(v) else v for k, v in chosen.loss_params.get(loss, {}).items()
         }
         configs.append(replace(base, dims=d, loss_params={**params, **loss_params}))
     return configs

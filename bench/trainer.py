@@ -290,9 +290,15 @@ class Trainer:
         store.atomic_save_npz(
             self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
         )
+        # The same metrics on the training split: how far test falls from train (seed 003 Table 1).
+        train_metrics = evaluate(train, train_labels, seed=self.cfg.seed)
+        metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(
             run_summary(
-                self.cfg, best_epoch=best["epoch"], untrained_network=progress["untrained_network"]
+                self.cfg,
+                best_epoch=best["epoch"],
+                untrained_network=progress["untrained_network"],
+                loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
             )
         )
         store.atomic_write_json(self.run_dir / store.METRICS, metrics)
@@ -308,6 +314,11 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "dims": cfg.dims,
         "seed": cfg.seed,
         "backbone": cfg.backbone,
+        "pretrained": cfg.pretrained,
+        "embedding": cfg.embedding,
+        "freeze_backbone": cfg.freeze_backbone,
+        "train_per_class": cfg.train_per_class,
+        "preset": cfg.preset,
         "epochs": cfg.epochs,
         **extra,
     }

@@ -1,0 +1,62 @@
+"""Seed 003's preset (Liu et al. 2019 §2) and its FC against GAP runs with training-split R@1."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.config import DIGITS, make_configs
+from bench.evaluate import METRIC_KEYS, evaluate
+
+
+def test_seed003_preset_is_the_papers_setting():
+    (cfg,) = make_configs(
+        "cars196", "triplet-nca", None, {"miner": "easy-positive"}, preset="seed003"
+    )
+    assert (cfg.backbone, cfg.pretrained, cfg.dims, cfg.batch_size) == (
+        "resnet18",
+        "imagenet",
+        64,
+        128,
+    )
+    assert (cfg.resize, cfg.crop, cfg.pad) == (256, 256, 10)  # 256x256, crops padded by 10
+    assert cfg.protocol == "metric" and cfg.preset == "seed003"
+
+
+def test_seed003_gap_takes_the_pooled_size_and_the_preset_does_not_rename_runs():
+    (gap,) = make_configs("cars196", "npair", None, {}, preset="seed003", embedding="gap")
+    assert gap.dims == 512  # ResNet18's last feature map
+    (digits,) = make_configs("digits", "npair", None, {}, preset="seed003", embedding="gap")
+    assert (digits.backbone, digits.dims, digits.batch_size) == ("small_cnn", 64, 128)
+    (plain,) = make_configs("digits", "npair", (64,), {}, batch_size=128)
+    (named,) = make_configs("digits", "npair", (64,), {}, preset="seed003")
+    assert plain.run_id() == named.run_id()  # the same computation is the same run
+    assert plain.lr == named.lr == DIGITS.config["lr"]
+
+
+def test_unknown_preset_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown preset 'seed999'; expected one of: seed003"):
+        make_configs("digits", "npair", None, {}, preset="seed999")
+    out = CliRunner().invoke(main, ["run", "--preset", "seed999"])
+    assert out.exit_code != 0 and "seed003" in out.output
+
+
+@pytest.mark.parametrize("embedding", ["fc", "gap"])
+def test_seed003_run_records_train_and_test_recall(embedding, tmp_path):
+    args = ["run", "--preset", "seed003", "--loss", "triplet", "--triplet-form", "nca"]
+    args += ["--miner", "easy-positive", "--embedding", embedding, "--epochs", "1"]
+    out = CliRunner().invoke(main, [*args, "--results", str(tmp_path)], catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    (run_dir,) = [p for p in tmp_path.glob("digits-triplet-nca-*") if (p / "metrics.json").exists()]
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["batch_size"] == 128 and config["preset"] == "seed003"
+    assert metrics["embedding"] == embedding and metrics["dims"] == 64
+    assert metrics["loss_params"]["miner"] == "easy-positive"
+    train = np.load(run_dir / "train_embeddings.npz")
+    expected = evaluate(train["embeddings"], train["labels"], seed=0)
+    for key in METRIC_KEYS:
+        assert metrics[f"train_{key}"] == pytest.approx(expected[key])
+    assert set(train["labels"]) == {0, 1, 2, 3, 4}  # training classes; test is 5-9
