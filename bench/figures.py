@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import NullLocator  # noqa: E402
+from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 from sklearn.manifold import TSNE  # noqa: E402
 
 DPI = 100
@@ -37,12 +37,14 @@ PERPLEXITY = 30.0
 EARLY_EXAGGERATION = 12.0
 EXAGGERATION_ITERATIONS = 250
 INIT_STD = 1e-4
-# Rauber et al.'s lambda, with their normalisation (the penalty is lambda / (2n) times the
-# summed squared displacements, so it weighs like one KL term whatever n is). Their example
+# Rauber et al.'s lambda, with their normalisation: the penalty is lambda / (2n) times the
+# summed squared displacements, so it weighs like one KL term whatever n is. Their example
 # uses 0.1 for a slowly drifting sequence; seed 003 asks for "a very small weight" so each
-# layout stays its own t-SNE and only the free choices (rotation, reflection, which cluster
-# goes where) are aligned.
-YOKE_ALIGNMENT = 0.01
+# layout stays its own t-SNE and only its free choices (rotation, reflection, where each
+# cluster goes) are aligned. On clustered test data (n = 300 and 1000), 0.001 cut the
+# misalignment of two related embeddings 2.5-3.5 fold for at most 5% more KL, and cost 8-16%
+# more KL where the two embeddings disagree entirely; 0.003-0.01 cost 30-60% there.
+YOKE_ALIGNMENT = 0.001
 YOKE_ITERATIONS = 1000
 MAX_EXACT_POINTS = 5000  # exact t-SNE keeps several (sets, n, n) float64 arrays
 SIMILARITY_BLOCK = 2048
@@ -94,6 +96,15 @@ def _log2_axis(ax: Axes, values: Sequence[float]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _integer_axis(ax: Axes, values: Sequence[float], most: int = 12) -> None:
+    """Ticks at the values where there are few of them, else at integers only."""
+    ticks = sorted(set(values))
+    if len(ticks) <= most:
+        ax.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
@@ -159,12 +170,29 @@ def recall_at_k_curves(df: pd.DataFrame) -> bytes:
 
 def metric_vs_dims(df: pd.DataFrame, metric: str) -> bytes:
     """A metric against embedding size, a line per method (seed 000 Fig. 2a/b: NMI)."""
-    _require(df, ["method", "dims", metric])
+    return metrics_vs_dims(df, [metric])
+
+
+def metrics_vs_dims(
+    df: pd.DataFrame, metrics: Sequence[str], baselines: Mapping[str, float] | None = None
+) -> bytes:
+    """A panel per metric against embedding size, a line per method (mean and sd over the
+    rows of a method and size), one legend for all; a dashed line at each given baseline."""
+    _require(df, ["method", "dims", *metrics])
+    order = sorted(df["method"].unique())
     with _style():
-        fig, (ax,) = _subplots(1)
-        _lines(ax, df, "dims", metric, "method")
-        _log2_axis(ax, df["dims"].unique())
-        ax.set(ylabel=_label(metric), title=f"{_label(metric)} against embedding size")
+        fig, axes = _subplots(len(metrics))
+        for ax, metric in zip(axes, metrics, strict=True):
+            _lines(ax, df, "dims", metric, "method", order)
+            baseline = (baselines or {}).get(metric)
+            if baseline is not None and not pd.isna(baseline):
+                ax.axhline(baseline, color="gray", linestyle="--", label="untrained (raw inputs)")
+            _log2_axis(ax, df["dims"].unique())
+            ax.set(ylabel=_label(metric), title=f"{_label(metric)} against embedding size")
+            if ax.get_legend() is not None:
+                ax.get_legend().remove()
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="outside right upper", fontsize=7)
         return _png(fig)
 
 
@@ -201,62 +229,108 @@ def neighbours_effect(df: pd.DataFrame, metric: str) -> bytes:
         return _png(fig)
 
 
-def centre_statistics(history: pd.DataFrame) -> bytes:
-    """Mean distance and kernel value to the nearest centres per epoch (seed 000 Fig. 4b, 4c)."""
+def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
+    """Mean distance and kernel value to the nearest centres per epoch (seed 000 Fig. 4b, 4c).
+
+    One run's history, or several stacked with a `hue` column naming each line (mean and sd
+    over the rows of a hue value and epoch, e.g. over seeds).
+    """
     panels = {
         "mean_centre_distance": "mean distance to nearest centres",
         "mean_kernel_value": "mean kernel value to nearest centres",
     }
-    _require(history, ["epoch", *panels])
+    _require(history, ["epoch", *panels, *([hue] if hue else [])])
     with _style():
         fig, axes = _subplots(2)
         for ax, (column, title) in zip(axes, panels.items(), strict=True):
-            part = history[["epoch", column]].dropna()
-            ax.plot(part["epoch"], part[column], marker="o", markersize=3)
+            part = history.dropna(subset=[column])
+            _lines(ax, part, "epoch", column, hue)
+            _integer_axis(ax, history["epoch"].unique())
             ax.set(xlabel="epoch", ylabel=column.replace("_", " "), title=title)
         return _png(fig)
 
 
-def pair_distance_histograms(dist: np.ndarray, same: np.ndarray, title: str) -> bytes:
-    """Distances of similar and dissimilar pairs, each normalised (seed 004 Fig. 1, 2, 12)."""
-    dist = np.asarray(dist, dtype=np.float64)
-    same = np.asarray(same, dtype=bool)
-    frame = pd.DataFrame({"distance": dist, "pair": np.where(same, "similar", "dissimilar")})
+def _distance_panel(ax: Axes, frame: pd.DataFrame, title: str) -> None:
+    """Weighted histograms of a frame's `distance` per `pair` (similar, dissimilar), each
+    normalised to unit area, with the weighted means dashed and in the title."""
     colours = {"similar": SIMILAR_COLOUR, "dissimilar": DISSIMILAR_COLOUR}
     order = [p for p in colours if (frame["pair"] == p).any()]
-    means = {p: frame.loc[frame["pair"] == p, "distance"].mean() for p in order}
+    means = {}
+    for pair in order:
+        part = frame[frame["pair"] == pair]
+        means[pair] = float(np.average(part["distance"], weights=part["weight"]))
+    sns.histplot(
+        data=frame,
+        x="distance",
+        hue="pair",
+        weights="weight",
+        hue_order=order,
+        palette=colours,
+        stat="density",
+        common_norm=False,
+        bins=40,  # seaborn 0.13 rejects an array of edges together with weights
+        binrange=(frame["distance"].min(), frame["distance"].max()),
+        element="step",
+        ax=ax,
+    )
+    for pair, mean in means.items():
+        ax.axvline(mean, color=colours[pair], linestyle="--")
+    summary = ", ".join(f"mean {p} {m:.3f}" for p, m in means.items())
+    ax.set_title(f"{title}\n{summary}")
+
+
+def pair_distance_histograms(dist: np.ndarray, same: np.ndarray, title: str) -> bytes:
+    """Distances of similar and dissimilar pairs, each normalised (seed 004 Fig. 1, 2, 12)."""
+    return pair_distance_figure({title: distance_frame(dist, same)})
+
+
+def distance_frame(
+    dist: np.ndarray, same: np.ndarray, weight: np.ndarray | None = None
+) -> pd.DataFrame:
+    """The table pair_distance_figure draws: distance, pair (similar or dissimilar), weight."""
+    dist = np.asarray(dist, dtype=np.float64)
+    return pd.DataFrame(
+        {
+            "distance": dist,
+            "pair": np.where(np.asarray(same, dtype=bool), "similar", "dissimilar"),
+            "weight": np.ones_like(dist) if weight is None else np.asarray(weight, float),
+        }
+    )
+
+
+def pair_distance_figure(panels: Mapping[str, pd.DataFrame], per_row: int = 2) -> bytes:
+    """A panel of pair-distance histograms per titled distance_frame (seed 004 Fig. 1, 2, 12)."""
+    if not panels:
+        raise ValueError("no pair distances to draw")
+    for frame in panels.values():
+        _require(frame, ["distance", "pair", "weight"])
     with _style():
-        fig, (ax,) = _subplots(1)
-        sns.histplot(
-            data=frame,
-            x="distance",
-            hue="pair",
-            hue_order=order,
-            palette=colours,
-            stat="density",
-            common_norm=False,
-            bins=np.histogram_bin_edges(dist, bins=40),
-            element="step",
-            ax=ax,
-        )
-        for pair, mean in means.items():
-            ax.axvline(mean, color=colours[pair], linestyle="--")
-        summary = ", ".join(f"mean {p} {m:.3f}" for p, m in means.items())
-        ax.set_title(f"{title}\n{summary}")
+        fig, axes = _subplots(len(panels), per_row=per_row)
+        for ax, (title, frame) in zip(axes, panels.items(), strict=True):
+            _distance_panel(ax, frame, title)
         return _png(fig)
+
+
+def _pr_panel(ax: Axes, curves: Mapping[str, pd.DataFrame], title: str) -> None:
+    for name, curve in curves.items():
+        _require(curve, ["precision", "recall"])
+        ax.plot(curve["recall"], curve["precision"], label=name)
+    ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision", title=title)
+    if curves:
+        ax.legend(fontsize=7)
 
 
 def pr_curves(curves: Mapping[str, pd.DataFrame]) -> bytes:
     """Precision against recall, a line per named curve, e.g. seen, unseen (seed 004 Fig. 11b)."""
+    return pr_curve_panels({"precision-recall": curves})
+
+
+def pr_curve_panels(panels: Mapping[str, Mapping[str, pd.DataFrame]]) -> bytes:
+    """A pr_curves panel per title, e.g. seen and unseen, a line per loss (seed 004 Fig. 11b)."""
     with _style():
-        fig, (ax,) = _subplots(1)
-        for name, curve in curves.items():
-            _require(curve, ["precision", "recall"])
-            ax.plot(curve["recall"], curve["precision"], label=name)
-        ax.set(xlim=(0, 1), ylim=(0, 1.02), xlabel="recall", ylabel="precision")
-        ax.set_title("precision-recall")
-        if curves:
-            ax.legend(fontsize=7)
+        fig, axes = _subplots(max(len(panels), 1))
+        for ax, (title, curves) in zip(axes, panels.items(), strict=False):
+            _pr_panel(ax, curves, title)
         return _png(fig)
 
 

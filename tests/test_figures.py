@@ -99,6 +99,30 @@ FIGURES = {
         "seen categories",
     ),
     "pr_curves": lambda: figures.pr_curves({"seen": pr_curve(0), "unseen": pr_curve(1)}),
+    "metrics_vs_dims": lambda: figures.metrics_vs_dims(runs(), ["recall@1", "nmi"], {"nmi": 0.3}),
+    "centre_statistics_hue": lambda: figures.centre_statistics(
+        pd.DataFrame(
+            {
+                "epoch": [1, 2, 3] * 3,
+                "mean_centre_distance": np.linspace(1.5, 0.5, 9),
+                "mean_kernel_value": np.linspace(0.1, 0.6, 9),
+                "run": ["nngk, d64"] * 6 + ["nngk, d512"] * 3,
+            }
+        ),
+        hue="run",
+    ),
+    "pair_distance_figure": lambda: figures.pair_distance_figure(
+        {
+            f"loss {i}: {split}": figures.distance_frame(
+                np.linspace(0, 1, 20), np.arange(20) < 8 + i, np.linspace(1, 2, 20)
+            )
+            for i in range(2)
+            for split in ("seen", "unseen")
+        }
+    ),
+    "pr_curve_panels": lambda: figures.pr_curve_panels(
+        {"seen": {"a": pr_curve(0), "b": pr_curve(1)}, "unseen": {"a": pr_curve(2)}}
+    ),
     "similarity_scatter_figure": similarity_figure,
     "yoked_tsne_figure": yoked_figure,
     "joint_tsne": joint_figure,
@@ -200,10 +224,11 @@ def test_yoked_tsne_alignment():
     a, labels = clusters(0)
     b, _ = clusters(1)  # the same points and classes, embedded differently
     free = figures.yoked_tsne([a, b], alignment=0.0)
+    default = figures.yoked_tsne([a, b])
     yoked = figures.yoked_tsne([a, b], alignment=10.0)
-    for layout in (*free, *yoked):
+    for layout in (*free, *default, *yoked):
         assert layout.shape == (len(a), 2) and np.isfinite(layout).all()
-    for layout in free:
+    for layout in (*free, *default):
         assert knn_accuracy(layout, labels) > 0.9
     assert misalignment(*yoked) < 0.1 * misalignment(*free)
     assert misalignment(*free) > 1.0

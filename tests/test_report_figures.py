@@ -1,0 +1,246 @@
+"""The report's figures: the data each is drawn from, checked against the run files, from real
+digits runs (pair verification) and from run folders written here."""
+
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from bench import report, store
+from bench.cli import main
+from bench.pairs import pair_distances, pr_curve
+from bench.report import load_runs, write_report
+from bench.scoring import pairs_of
+from tests.test_report_tables import make_run
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(autouse=True)
+def few_tsne_points(monkeypatch):
+    monkeypatch.setattr(report, "TSNE_POINTS", 60)
+
+
+@pytest.fixture(scope="module")
+def pairs_results(tmp_path_factory):
+    """A real pairs-protocol NNGK run on digits with its untrained baseline, and a copy of it
+    relabelled as a contrastive run without centre statistics (a second loss, at the cost of
+    one run)."""
+    results = tmp_path_factory.mktemp("results")
+    args = "run --loss nngk --protocol pairs --dataset digits --epochs 1 --dims 16"
+    out = CliRunner().invoke(main, [*args.split(), "--results", str(results)])
+    assert out.exit_code == 0, out.output
+    nngk = run_dir(results, "nngk")
+    copy = results / nngk.name.replace("nngk", "contrastive")
+    shutil.copytree(nngk, copy)
+    metrics = store.read_metrics(copy)
+    metrics.update(loss="contrastive", loss_params={"pos_margin": 0.0, "neg_margin": 0.5})
+    store.atomic_write_json(copy / store.METRICS, metrics)
+    history = pd.read_csv(copy / store.HISTORY).filter(regex="^(?!mean_)")
+    store.atomic_write_text(copy / store.HISTORY, history.to_csv(index=False))
+    return results
+
+
+def run_dir(results, loss):
+    (found,) = results.glob(f"digits-pairs-{loss}-*")
+    return found
+
+
+def weights_by_distance(frame: pd.DataFrame, pair: str) -> pd.Series:
+    part = frame[frame["pair"] == pair]
+    return part.groupby("distance")["weight"].sum()
+
+
+def test_pair_distances_are_the_test_pairs_behind_the_pr_curves(pairs_results):
+    for loss in ("contrastive", "nngk"):
+        folder = run_dir(pairs_results, loss)
+        metrics = store.read_metrics(folder)
+        for split in ("seen", "unseen"):
+            frame = report.distances_from_pr(pd.read_csv(folder / f"pr_{split}.csv"))
+            assert set(frame["pair"]) == {"similar", "dissimilar"}
+            for pair, key in (("similar", "same"), ("dissimilar", "different")):
+                weights = weights_by_distance(frame, pair)
+                assert weights.sum() == pytest.approx(1.0)
+                mean = np.average(weights.index, weights=weights)
+                assert mean == pytest.approx(metrics[f"{split}_{key}_mean"], rel=1e-4)
+        # The seen test pairs, recomputed from the saved test embeddings: the same distances
+        # with the same share of the pairs.
+        saved = np.load(folder / store.EMBEDDINGS)
+        pairs = pairs_of(saved["labels"], 4)
+        dist = pair_distances(saved["embeddings"], pairs)
+        frame = report.distances_from_pr(pd.read_csv(folder / "pr_seen.csv"))
+        for pair, same in (("similar", 1), ("dissimilar", 0)):
+            exact = pd.Series(dist[pairs[:, 2] == same]).value_counts(normalize=True).sort_index()
+            got = weights_by_distance(frame, pair)
+            np.testing.assert_allclose(got.index, exact.index)
+            # Exact but where pairs of the same distance lie below the first similar pair.
+            np.testing.assert_allclose(got.to_numpy(), exact.to_numpy(), atol=3e-3)
+
+
+def test_pair_distances_from_a_curve_that_starts_with_dissimilar_pairs():
+    # Two dissimilar pairs below the first similar one; a tie of both kinds at 0.5. (Only a
+    # tie at the first similar pair's distance would be spread over the rows before it.)
+    dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.6, 0.7, 0.8, 0.9])
+    same = np.array([0, 0, 1, 0, 1, 0, 1, 1, 0, 0], dtype=bool)
+    frame = report.distances_from_pr(pr_curve(dist, same))
+    similar = weights_by_distance(frame, "similar")
+    assert similar.to_dict() == pytest.approx({0.3: 0.25, 0.5: 0.25, 0.6: 0.25, 0.7: 0.25})
+    dissimilar = weights_by_distance(frame, "dissimilar")
+    expected = {d: 1 / 6 for d in (0.1, 0.2, 0.4, 0.5, 0.8, 0.9)}
+    assert dissimilar.to_dict() == pytest.approx(expected)
+    with pytest.raises(ValueError, match="no similar pairs"):
+        none = {"precision": [0.0, 0.0], "recall": [1.0, 1.0], "threshold": [0.1, 0.2]}
+        report.distances_from_pr(pd.DataFrame(none))  # what sklearn gives without positives
+
+
+def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_results, tmp_path):
+    out = tmp_path / "reports"
+    written, problems = write_report(pairs_results, out)
+    assert problems == []
+    names = {p.name for p in written}
+    expected = {
+        "digits-pairs-categories.md",
+        "digits-pairs-categories.csv",
+        "digits-pairs-pair-distances.png",
+        "digits-pairs-pr.png",
+        "digits-pairs-tsne.png",
+        "digits-pairs-centres.png",
+        "digits-pairs-train-test.md",
+    }
+    assert expected <= names
+    readme = (out / "README.md").read_text()
+    assert all(f"[{n}]({n})" in readme for n in names - {"README.md"})
+    for name in expected - {"digits-pairs-categories.md", "digits-pairs-categories.csv"}:
+        assert (out / name).read_bytes().startswith(PNG) or name.endswith(".md")
+    # One seed: the best and worst categories are the run's own rows, in its order.
+    ranked = pd.read_csv(out / "digits-pairs-categories.csv")
+    for loss in ("contrastive", "nngk"):
+        for split in ("seen", "unseen"):
+            own = pd.read_csv(run_dir(pairs_results, loss) / f"categories_{split}.csv")
+            got = ranked[(ranked["method"] == loss) & (ranked["split"] == split)]
+            keep = [0, 1, 2, len(own) - 2, len(own) - 1]  # 5 classes: 3 best, 2 worst
+            np.testing.assert_allclose(got["accuracy"], own["accuracy"].iloc[keep], atol=1e-6)
+            np.testing.assert_allclose(got["frr"], own["frr"].iloc[keep], atol=1e-6)
+            assert got["label"].tolist() == own["label"].iloc[keep].tolist()
+            assert got["position"].tolist() == [1, 2, 3, 4, 5]
+    # The seen split's train-test R@1 rows are the runs' metrics.
+    metrics = store.read_metrics(run_dir(pairs_results, "nngk"))
+    table = pd.read_csv(out / "digits-pairs-train-test.csv").set_index("row")
+    assert table.loc["FC (train)", "nngk mean"] == pytest.approx(
+        metrics["train_recall@1"], abs=1e-6
+    )
+    assert table.loc["FC (test)", "nngk mean"] == pytest.approx(metrics["recall@1"], abs=1e-6)
+
+
+def test_pr_centre_and_tsne_data(pairs_results):
+    df, _ = load_runs(pairs_results)
+    panels = report.pr_panels(df)
+    assert list(panels) == ["seen pairs", "unseen pairs"]
+    curve = panels["unseen pairs"]["nngk, d16, seed 0"]
+    pd.testing.assert_frame_equal(
+        curve, pd.read_csv(run_dir(pairs_results, "nngk") / "pr_unseen.csv")
+    )
+    history = report.centre_history(df)
+    own = pd.read_csv(run_dir(pairs_results, "nngk") / store.HISTORY)
+    assert set(history["run"]) == {"nngk, d16"}
+    pd.testing.assert_frame_equal(history.drop(columns="run"), own)
+    xs, labels, titles = report.tsne_inputs(df)
+    assert titles == ["contrastive, d16, seed 0", "nngk, d16, seed 0"]
+    saved = np.load(run_dir(pairs_results, "contrastive") / store.EMBEDDINGS)
+    keep = np.sort(np.random.default_rng(0).choice(len(saved["labels"]), 60, replace=False))
+    np.testing.assert_array_equal(xs[0], saved["embeddings"][keep])
+    np.testing.assert_array_equal(labels, saved["labels"][keep])
+    assert xs[1].shape == xs[0].shape
+
+
+def test_report_with_figures_twice_gives_the_same_bytes(pairs_results, tmp_path):
+    write_report(pairs_results, tmp_path / "a")
+    write_report(pairs_results, tmp_path / "b")
+    first = {p.name: p.read_bytes() for p in (tmp_path / "a").iterdir()}
+    assert first == {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
+
+
+def test_a_damaged_run_file_leaves_its_figure_out_and_is_named(pairs_results, tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(pairs_results, results)
+    (run_dir(results, "nngk") / "pr_unseen.csv").write_text("precision,recall\n0.5,oops\n")
+    (run_dir(results, "contrastive") / store.CONFIG).write_text("{not json")
+    written, problems = write_report(results, tmp_path / "reports")
+    assert problems == ["digits-pairs: pair_figures left out (KeyError: 'threshold')"]
+    names = {p.name for p in written}
+    assert {"digits-pairs-categories.md", "digits-pairs-tsne.png"} <= names
+    assert "digits-pairs-pr.png" not in names
+    out = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(tmp_path)])
+    assert out.exit_code == 0 and "skipped digits-pairs: pair_figures left out" in out.output
+
+
+# ---------------------------------------------------------------- Fig. 3, Fig. 4a
+
+
+def test_accuracy_against_examples_per_class(tmp_path):
+    r = tmp_path / "results"
+    classify = dict(protocol="classify", embedding="fc", freeze_backbone=False)
+    sizes = np.repeat(np.arange(3), [30, 40, 50])  # median class size 40
+    arrays = {store.TRAIN_EMBEDDINGS: (np.zeros((len(sizes), 2), np.float32), sizes)}
+    for loss, accuracies in (("softmax", (0.2, 0.4, 0.7)), ("nngk", (0.3, 0.5, 0.8))):
+        for per_class, acc in zip((5, 20, 0), accuracies, strict=True):
+            make_run(
+                r,
+                f"{loss}-{per_class}",
+                arrays=arrays,
+                loss=loss,
+                train_per_class=per_class,
+                accuracy=acc,
+                **classify,
+            )
+    make_run(
+        r,
+        "frozen",
+        loss="nngk",
+        train_per_class=5,
+        accuracy=0.1,
+        **classify | {"freeze_backbone": True},
+    )
+    df, _ = load_runs(r)
+    frame = report.examples_frame(df).sort_values(["method", "train_per_class"])
+    assert frame["method"].tolist() == ["nngk"] * 3 + ["softmax"] * 3
+    assert frame["train_per_class"].tolist() == [5, 20, 40] * 2
+    assert frame["accuracy"].tolist() == [0.3, 0.5, 0.8, 0.2, 0.4, 0.7]
+    written, problems = write_report(r, tmp_path / "out")
+    assert problems == []
+    png = tmp_path / "out" / "digits-classify-accuracy-vs-examples.png"
+    assert png in written and png.read_bytes().startswith(PNG)
+
+
+def test_effect_of_neighbours_reads_k_from_metrics_or_config(tmp_path):
+    r = tmp_path / "results"
+    params = {"sigma": 1.0, "update_interval": 1, "learn_weights": True}
+    for seed in (0, 1):
+        for k, value in ((5, 0.6), (50, 0.8)):
+            make_run(
+                r,
+                f"k{k}-s{seed}",
+                loss="nngk",
+                seed=seed,
+                loss_params={**params, "k": k},
+                **{"recall@1": value + seed / 10},
+            )
+    # An older run: its parameters only in config.json.
+    make_run(
+        r,
+        "old",
+        config={"resolved_loss_params": {**params, "k": 200}},
+        loss="nngk",
+        **{"recall@1": 0.9},
+    )
+    make_run(r, "softmax", loss="softmax")
+    df, _ = load_runs(r)
+    frame = report.neighbours_frame(df).sort_values(["k", "recall@1"])
+    assert list(frame.columns) == ["method", "dims", "k", "recall@1"]
+    assert frame["k"].tolist() == [5, 5, 50, 50, 200]
+    assert frame["recall@1"].tolist() == pytest.approx([0.6, 0.7, 0.8, 0.9, 0.9])
+    assert set(frame["method"]) == {"nngk"}
+    written, _ = write_report(r, tmp_path / "out")
+    assert tmp_path / "out" / "digits-neighbours.png" in written
