@@ -100,16 +100,32 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
             problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
             continue
         protocol = metrics.setdefault("protocol", "metric")
-        table = safe_name(metrics["dataset"])
-        table = table if protocol == "metric" else f"{table}-{protocol}"
-        rows.append({**run_record(run_dir, metrics), "table": table})
-    df = pd.DataFrame(rows)
+        base = safe_name(metrics["dataset"])
+        base = base if protocol == "metric" else f"{base}-{protocol}"
+        preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
+        table = f"{base}-{preset}" if preset else base
+        rows.append({**run_record(run_dir, metrics), "table": table, "base_table": base})
+    df = with_baselines(pd.DataFrame(rows))
     if len(df):
         df["miner"] = df.get("miner", pd.Series([None] * len(df))).fillna("")
         df["method"] = df["loss"] + df["miner"].map(lambda m: f" ({m})" if m else "")
         df.loc[df["loss"] == BASELINE_LOSS, "method"] = RAW_BASELINE
         df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
     return df, problems
+
+
+def with_baselines(df: pd.DataFrame) -> pd.DataFrame:
+    """The untrained baseline rows of a data set and protocol, also in each preset's table."""
+    if not len(df):
+        return df
+    baselines = df[df["loss"] == BASELINE_LOSS]
+    tables = df[["table", "base_table"]].drop_duplicates()
+    copies = [
+        baselines[baselines["base_table"] == base].assign(table=table)
+        for table, base in tables.itertuples(index=False)
+        if table != base
+    ]
+    return pd.concat([df, *copies], ignore_index=True)
 
 
 def _fmt(value: object) -> str:
