@@ -707,37 +707,20 @@ def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def distances_from_pr(curve: pd.DataFrame) -> pd.DataFrame:
-    """The pair distances behind a pr_*.csv curve as a figures.distance_frame with weights
-    (each pair type's summing to one).
-
-    At threshold t, recall = TP/P and precision = TP/(TP+FP), so FP/P = recall (1 - p) / p and
-    the last row (every pair accepted) gives N/P. Rows before the first similar pair have
-    precision 0: their dissimilar pairs (known in total) are spread evenly over them.
-    """
-    curve = curve.sort_values("threshold", kind="stable")
-    recall, precision = curve["recall"].to_numpy(float), curve["precision"].to_numpy(float)
-    if not (precision > 0).any():
-        raise ValueError("the curve has no similar pairs")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        false = np.where(precision > 0, recall * (1 - precision) / precision, np.nan)
-    first = int(np.argmax(~np.isnan(false)))
-    if first:
-        false[:first] = false[first] * np.arange(1, first + 1) / first
-    similar = np.diff(recall, prepend=0.0)
-    dissimilar = np.diff(false, prepend=0.0) / false[-1] if false[-1] > 0 else 0 * false
-    dist = curve["threshold"].to_numpy(float)
-    frames = [
-        figures.distance_frame(dist, np.full(len(dist), same), weight)
-        for same, weight in ((True, similar), (False, dissimilar))
-    ]
-    frame = pd.concat(frames, ignore_index=True)
-    return frame[frame["weight"] > 1e-12].reset_index(drop=True)
+def read_numbers(path: Path, columns: Sequence[str]) -> pd.DataFrame | None:
+    """A run's CSV table with these numeric columns; None where the run has none; a ValueError
+    naming the file where a column is missing or not numbers."""
+    if not path.is_file():
+        return None
+    frame = pd.read_csv(path)
+    bad = [c for c in columns if c not in frame or not pd.api.types.is_numeric_dtype(frame[c])]
+    if bad:
+        raise ValueError(f"{path.parent.name}/{path.name}: column {', '.join(bad)} is not numbers")
+    return frame
 
 
 def read_pr(run_dir: Path, split: str) -> pd.DataFrame | None:
-    path = Path(run_dir) / f"pr_{split}.csv"
-    return pd.read_csv(path) if path.is_file() else None
+    return read_numbers(Path(run_dir) / f"pr_{split}.csv", ["precision", "recall", "threshold"])
 
 
 def first_seeds(part: pd.DataFrame) -> pd.DataFrame:
@@ -759,14 +742,14 @@ def pr_panels(part: pd.DataFrame) -> dict[str, dict[str, pd.DataFrame]]:
 
 
 def distance_panels(part: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per loss and size (lowest seed) and split, its test pairs' distances from pr_*.csv."""
+    """Per loss and size (lowest seed) and split, its test pairs' distances (pairs_*.csv)."""
     panels = {}
     for _, run in first_seeds(part).iterrows():
         for split in SPLITS:
-            curve = read_pr(run["path"], split)
-            if curve is not None:
+            pairs = read_numbers(Path(run["path"]) / f"pairs_{split}.csv", ["distance", "same"])
+            if pairs is not None:
                 title = f"{run['name']}, d{run['dims']}, seed {run['seed']}: {split}"
-                panels[title] = distances_from_pr(curve)
+                panels[title] = figures.distance_frame(pairs["distance"], pairs["same"] == 1)
     return panels
 
 

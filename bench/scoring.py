@@ -41,13 +41,15 @@ def pair_report(
     splits: dict[str, tuple[np.ndarray, np.ndarray]], threshold: float, class_names
 ) -> tuple[dict, dict[str, pd.DataFrame]]:
     """Seen and unseen verification at the validation threshold: flat metrics, and tables
-    (precision-recall curves; per-category accuracy, FAR, FRR with 10+10 pairs per image)."""
+    (the test pairs' distances; precision-recall curves; per-category accuracy, FAR, FRR with
+    10+10 pairs per image)."""
     metrics, tables = {"threshold": threshold}, {}
     for name, (emb, labels) in splits.items():
         scores, pairs, dist = pair_scores(emb, labels, threshold)
         same = pairs[:, 2] == 1
         metrics.update({f"{name}_{k}": scores[k] for k in ("accuracy", "far", "frr", "ap")})
         metrics.update({f"{name}_{k}": v for k, v in P.distance_distributions(dist, same).items()})
+        tables[f"pairs_{name}"] = pd.DataFrame({"distance": dist, "same": same.astype(int)})
         tables[f"pr_{name}"] = P.pr_curve(dist, same)
         wide = pairs_of(labels, 10)
         tables[f"categories_{name}"] = P.per_category(

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from bench import report, store
 from bench.cli import main
-from bench.pairs import pair_distances, pr_curve
+from bench.pairs import pair_distances
 from bench.report import load_runs, write_report
 from bench.scoring import pairs_of
 from tests.test_report_tables import make_run
@@ -48,51 +48,22 @@ def run_dir(results, loss):
     return found
 
 
-def weights_by_distance(frame: pd.DataFrame, pair: str) -> pd.Series:
-    part = frame[frame["pair"] == pair]
-    return part.groupby("distance")["weight"].sum()
-
-
-def test_pair_distances_are_the_test_pairs_behind_the_pr_curves(pairs_results):
-    for loss in ("contrastive", "nngk"):
-        folder = run_dir(pairs_results, loss)
-        metrics = store.read_metrics(folder)
-        for split in ("seen", "unseen"):
-            frame = report.distances_from_pr(pd.read_csv(folder / f"pr_{split}.csv"))
-            assert set(frame["pair"]) == {"similar", "dissimilar"}
-            for pair, key in (("similar", "same"), ("dissimilar", "different")):
-                weights = weights_by_distance(frame, pair)
-                assert weights.sum() == pytest.approx(1.0)
-                mean = np.average(weights.index, weights=weights)
-                assert mean == pytest.approx(metrics[f"{split}_{key}_mean"], rel=1e-4)
-        # The seen test pairs, recomputed from the saved test embeddings: the same distances
-        # with the same share of the pairs.
-        saved = np.load(folder / store.EMBEDDINGS)
-        pairs = pairs_of(saved["labels"], 4)
-        dist = pair_distances(saved["embeddings"], pairs)
-        frame = report.distances_from_pr(pd.read_csv(folder / "pr_seen.csv"))
-        for pair, same in (("similar", 1), ("dissimilar", 0)):
-            exact = pd.Series(dist[pairs[:, 2] == same]).value_counts(normalize=True).sort_index()
-            got = weights_by_distance(frame, pair)
-            np.testing.assert_allclose(got.index, exact.index)
-            # Exact but where pairs of the same distance lie below the first similar pair.
-            np.testing.assert_allclose(got.to_numpy(), exact.to_numpy(), atol=3e-3)
-
-
-def test_pair_distances_from_a_curve_that_starts_with_dissimilar_pairs():
-    # Two dissimilar pairs below the first similar one; a tie of both kinds at 0.5. (Only a
-    # tie at the first similar pair's distance would be spread over the rows before it.)
-    dist = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.5, 0.6, 0.7, 0.8, 0.9])
-    same = np.array([0, 0, 1, 0, 1, 0, 1, 1, 0, 0], dtype=bool)
-    frame = report.distances_from_pr(pr_curve(dist, same))
-    similar = weights_by_distance(frame, "similar")
-    assert similar.to_dict() == pytest.approx({0.3: 0.25, 0.5: 0.25, 0.6: 0.25, 0.7: 0.25})
-    dissimilar = weights_by_distance(frame, "dissimilar")
-    expected = {d: 1 / 6 for d in (0.1, 0.2, 0.4, 0.5, 0.8, 0.9)}
-    assert dissimilar.to_dict() == pytest.approx(expected)
-    with pytest.raises(ValueError, match="no similar pairs"):
-        none = {"precision": [0.0, 0.0], "recall": [1.0, 1.0], "threshold": [0.1, 0.2]}
-        report.distances_from_pr(pd.DataFrame(none))  # what sklearn gives without positives
+def test_pair_distances_are_the_test_pairs_of_the_run(pairs_results):
+    folder = run_dir(pairs_results, "nngk")
+    metrics = store.read_metrics(folder)
+    # The seen test pairs, recomputed from the saved test embeddings.
+    saved = np.load(folder / store.EMBEDDINGS)
+    pairs = pairs_of(saved["labels"], 4)
+    seen = pd.read_csv(folder / "pairs_seen.csv")
+    np.testing.assert_allclose(seen["distance"], pair_distances(saved["embeddings"], pairs))
+    np.testing.assert_array_equal(seen["same"], pairs[:, 2])
+    panels = report.distance_panels(load_runs(pairs_results)[0].query("loss == 'nngk'"))
+    for split in ("seen", "unseen"):
+        (frame,) = [f for title, f in panels.items() if title.endswith(f": {split}")]
+        for pair, key in (("similar", "same"), ("dissimilar", "different")):
+            part = frame[frame["pair"] == pair]
+            mean = metrics[f"{split}_{key}_mean"]
+            assert part["distance"].mean() == pytest.approx(mean, rel=1e-6)
 
 
 def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_results, tmp_path):
@@ -168,7 +139,9 @@ def test_a_damaged_run_file_leaves_its_figure_out_and_is_named(pairs_results, tm
     (run_dir(results, "nngk") / "pr_unseen.csv").write_text("precision,recall\n0.5,oops\n")
     (run_dir(results, "contrastive") / store.CONFIG).write_text("{not json")
     written, problems = write_report(results, tmp_path / "reports")
-    assert problems == ["digits-pairs: pair_figures left out (KeyError: 'threshold')"]
+    run = run_dir(results, "nngk").name
+    message = f"{run}/pr_unseen.csv: column recall, threshold is not numbers"
+    assert problems == [f"digits-pairs: pair_figures left out (ValueError: {message})"]
     names = {p.name for p in written}
     assert {"digits-pairs-categories.md", "digits-pairs-tsne.png"} <= names
     assert "digits-pairs-pr.png" not in names
