@@ -20,7 +20,11 @@ BACKBONES = (
     "vgg16_tiny",
     "resnet18_tiny",
     "resnet50_tiny",
+    "mlp",
+    "linear",
 )
+# Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
+VECTOR_BACKBONES = ("mlp", "linear")
 
 # fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the
 # last feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and
@@ -39,6 +43,8 @@ MIN_SIZES = {
     "vgg16_tiny": 32,
     "resnet18_tiny": 8,
     "resnet50_tiny": 8,
+    "mlp": 0,
+    "linear": 0,
 }
 
 FEATURE_DIMS = {
@@ -103,6 +109,22 @@ class SmallCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+
+class MLPHead(nn.Module):
+    """A small head for feature vectors: one hidden layer (Linear, BatchNorm, ReLU), so that any
+    loss of the harness trains on cached features in minutes on a CPU; EmbeddingNet's linear
+    layer follows."""
+
+    def __init__(self, in_features: int, hidden: int = 512) -> None:
+        super().__init__()
+        self.out_features = hidden
+        self.body = nn.Sequential(
+            nn.Linear(in_features, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x.flatten(1))
 
 
 class VGG16Tiny(nn.Module):
@@ -186,6 +208,8 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
         )
     if embedding == "fc":
         return
+    if backbone in VECTOR_BACKBONES:
+        raise ValueError(f"the {backbone} head takes embedding='fc' only; got {embedding!r}")
     if embedding == "backbone":
         own = FEATURE_DIMS.get(backbone, SmallCNN(1).out_features)
         if dims is not None and dims != own:
@@ -333,6 +357,12 @@ def build_backbone(
     """
     check_backbone(name)
     check_embedding(name, embedding)
+    if name in VECTOR_BACKBONES:
+        if pretrained != "none":
+            raise ValueError(f"{name} has no pretrained weights; got pretrained={pretrained!r}")
+        # in_channels: the length of the feature vectors. linear: the embedding is a projection.
+        net = MLPHead(in_channels) if name == "mlp" else nn.Flatten()
+        return net, getattr(net, "out_features", in_channels), in_channels
     if name == "small_cnn":
         if pretrained != "none":
             raise ValueError(f"small_cnn has no pretrained weights; got pretrained={pretrained!r}")

@@ -442,5 +442,142 @@ def list_losses():
         click.echo(f"{name:14s} {doc}")
 
 
+SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
+
+
+@main.command()
+@click.option(
+    "--backbone", default="vgg16", show_default=True, help=f"One of {', '.join(BACKBONES)}."
+)
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+)
+@click.option(
+    "--protocol", type=click.Choice(["metric", "classify"]), default="metric", show_default=True
+)
+@click.option("--data-root", default=None, help="Default: $NNGK_DATA, else ~/data.")
+@click.option(
+    "--pretrained",
+    default="imagenet",
+    show_default=True,
+    help="imagenet, none, or a state-dict PATH.",
+)
+@click.option("--resize", type=int, default=None, help="Default: the protocol's preset.")
+@click.option("--crop", type=int, default=None, help="Centre crop; default: the protocol's preset.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds pretrained=none.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Default: results/features/<dataset>-<protocol>-<backbone>-<weights>.npz.",
+)
+@click.option("--force", is_flag=True, help="Extract again even if the file exists.")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+def features(
+    backbone, dataset, protocol, data_root, pretrained, resize, crop, seed, out, force, device
+):
+    """Extract features of every image of DATASET once with a frozen BACKBONE (VGG16: FC7
+    after ReLU, seed 002) into an .npz (features, labels, split) for `linear --dataset
+    features:PATH`."""
+    from bench.features import default_features_path, extract_features, write_features
+
+    out = out or default_features_path(dataset, protocol, backbone, pretrained)
+    if out.exists() and not force:
+        click.echo(f"{out}: exists, skipped (--force extracts again)")
+        return
+    try:
+        check_dataset(dataset)
+        check_backbone(backbone)
+        if dataset.startswith("features:"):
+            raise ValueError(f"{dataset} holds features already; give a data set of images")
+        import torch
+
+        arrays = extract_features(
+            dataset,
+            backbone,
+            pretrained,
+            protocol,
+            data_root,
+            torch.device(device) if device else None,
+            seed,
+            resize=resize,
+            crop=crop,
+        )
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+    write_features(out, *arrays)
+    split = arrays[2]
+    counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
+    click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
+
+
+@main.command()
+@click.option(
+    "--method",
+    default=SEED002_METHODS,
+    show_default=True,
+    help="Comma-separated methods of seed 002.",
+)
+@click.option("--dataset", default="digits", show_default=True, help="digits or features:PATH.npz.")
+@click.option(
+    "--protocol",
+    type=click.Choice(["metric", "classify"]),
+    default="metric",
+    show_default=True,
+    help="digits' split: metric trains on 0-4 and tests on 5-9; classify (seed 002's own "
+    "retrieval protocol) uses every class in every split. A features file has its own split.",
+)
+@click.option("--dims", default="8,16,32,64", show_default=True, help="Projection sizes.")
+@click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
+@click.option("--pairs", type=int, default=None, help="nml, linear-ml: training pairs.")
+@click.option(
+    "--iterations",
+    type=int,
+    default=None,
+    help="nml, linear-ml: SGD iterations (pairs visited).",
+)
+@click.option("--lr", type=float, default=None, help="nml, linear-ml: learning rate.")
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--force", is_flag=True, help="Redo finished runs.")
+def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results, force):
+    """Seed 002's NML and linear baselines on feature vectors: one run per method, size and
+    seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
+    from bench.features import load_features
+    from bench.linear_methods import linear_runs, run_linear_method
+
+    given = {"pairs": pairs, "iterations": iterations, "lr": lr}
+    try:
+        plan = linear_runs(
+            method.split(","), parse_ints(dims, "--dims"), parse_ints(seed, "--seed"), given
+        )
+        feats = load_features(dataset, protocol=protocol)
+        too_big = [d for name, d, _, _ in plan if name != "no-projection" and d > feats.dims]
+        if too_big:
+            raise ValueError(f"--dims {max(too_big)} exceeds the {feats.dims} feature dimensions")
+        # The untrained baseline row of the report's table: the raw test features.
+        from bench.trainer import run_baseline
+
+        split = protocol if dataset == "digits" else "metric"
+        run_baseline(make_configs(dataset, "untrained", None, {}, protocol=split)[0], results)
+        for name, d, s, params in plan:
+            run_dir = run_linear_method(
+                name, dataset, d, s, params, results, force, protocol, feats
+            )
+            metrics = store.read_metrics(run_dir)
+            shown = "  ".join(
+                f"{k}={metrics[k]:.4f}"
+                for k in ("mprec@1", "mprec@10", "map@r")
+                if metrics[k] is not None
+            )
+            click.echo(f"{run_dir}: {shown}")
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+
+
 if __name__ == "__main__":
     main()

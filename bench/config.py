@@ -140,6 +140,15 @@ PAIRS = Preset(
 )
 
 
+# Cached feature vectors (`features:PATH.npz`, e.g. VGG16 FC7): any loss trains a small head
+# (one hidden layer, then the embedding layer) in minutes on a CPU; the digits preset's
+# optimiser, and NNGK's bank refreshed every epoch as the head is cheap to run.
+FEATURES = Preset(
+    dims=(64,),
+    config=dict(backbone="mlp", epochs=20, batch_size=64, m_per_class=16, lr=0.01),
+    loss_params=DIGITS.loss_params,
+)
+
 # Seed 003 §2 (Liu et al.): ImageNet ResNet18, a 64-d embedding, batch 128, images resized to
 # 256x256, random crops from the image padded by 10 pixels a side, horizontal flips; SGD. The
 # paper gives no learning rate, weight decay or epochs: SGD lr 1e-3 for fine-tuning a pretrained
@@ -177,6 +186,8 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
         return small if dataset == "digits" else images
     if dataset == "digits":
         return DIGITS
+    if dataset.startswith("features:"):
+        return FEATURES
     if protocol == "classify":
         val = CLASSIFY_VAL.get(dataset, 0.2)
         return replace(CLASSIFY, config={**CLASSIFY.config, "val_fraction": val})

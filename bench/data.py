@@ -14,7 +14,7 @@ from sklearn.datasets import load_digits
 from torch.utils.data import Dataset
 
 from bench.images import CachedImages, build_cache, eval_transform, train_transform
-from bench.protocols import make_splits
+from bench.protocols import carve_validation, limit_per_class, make_splits
 from bench.sources.cars196 import read_cars196
 from bench.sources.cub import read_cub
 from bench.sources.flowers102 import read_flowers102
@@ -30,6 +30,7 @@ READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "leafsnap": read_leafsnap,
 }
 FOLDER_PREFIX = "folder:"
+FEATURES_PREFIX = "features:"  # an .npz of feature vectors (bench/features.py)
 
 
 class TensorImages(Dataset):
@@ -166,6 +167,46 @@ def image_splits(
     )
 
 
+def train_classes_first(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
+    """Labels renumbered so that the training classes are 0..C-1 (what a classifier head needs)
+    and any other class follows; the same class keeps the same number in every split."""
+    seen = np.unique(train)
+    rest = np.setdiff1d(np.unique(np.concatenate([train, *others])), seen)
+    lookup = {c: i for i, c in enumerate(np.concatenate([seen, rest]).tolist())}
+    return [
+        np.array([lookup[c] for c in part.tolist()], dtype=np.int64) for part in (train, *others)
+    ]
+
+
+def feature_splits(name: str, val_fraction: float = 0.2, train_per_class: int = 0) -> DataSplits:
+    """Cached feature vectors (`features:PATH.npz`) as a data set for the small `mlp` or `linear`
+    heads: the file's own splits; validation carved from training where the file has none."""
+    from bench.features import load_features
+
+    f = load_features(name)
+    train_x, train_y, val_x, val_y = f.train, f.train_labels, f.val, f.val_labels
+    if not len(val_y):
+        tr, va = carve_validation(train_y, val_fraction)
+        train_x, train_y, val_x, val_y = train_x[tr], train_y[tr], train_x[va], train_y[va]
+    if train_per_class:
+        keep = limit_per_class(np.arange(len(train_y)), train_y, train_per_class)
+        train_x, train_y = train_x[keep], train_y[keep]
+    train_y, val_y, test_y = train_classes_first(train_y, val_y, f.test_labels)
+
+    def part(x: np.ndarray, y: np.ndarray) -> TensorImages:
+        return TensorImages(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), y)
+
+    return DataSplits(
+        name=name,
+        train=part(train_x, train_y),
+        train_eval=part(train_x, train_y),
+        val=part(val_x, val_y),
+        test=part(f.test, test_y),
+        in_channels=f.dims,
+        num_train_classes=len(np.unique(train_y)),
+    )
+
+
 def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
     """Bounding boxes to crop to: the classify protocol, for data sets that have them."""
     box_cols = ["x1", "y1", "x2", "y2"]
@@ -175,11 +216,12 @@ def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
 
 
 def dataset_names() -> list[str]:
-    return ["digits", *sorted(READERS), f"{FOLDER_PREFIX}PATH"]
+    return ["digits", *sorted(READERS), f"{FOLDER_PREFIX}PATH", f"{FEATURES_PREFIX}PATH.npz"]
 
 
 def check_dataset(name: str) -> None:
-    if name != "digits" and name not in READERS and not name.startswith(FOLDER_PREFIX):
+    prefixed = name.startswith((FOLDER_PREFIX, FEATURES_PREFIX))
+    if name != "digits" and name not in READERS and not prefixed:
         raise ValueError(
             f"unknown data set {name!r}; expected one of: {', '.join(dataset_names())}"
         )
@@ -190,4 +232,6 @@ def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2,
     check_dataset(name)
     if name == "digits":
         return digits(protocol, val_fraction, image_opts.get("train_per_class", 0))
+    if name.startswith(FEATURES_PREFIX):
+        return feature_splits(name, val_fraction, image_opts.get("train_per_class", 0))
     return image_splits(name, protocol, val_fraction, **image_opts)

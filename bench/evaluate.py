@@ -8,6 +8,8 @@ from sklearn.metrics import normalized_mutual_info_score
 
 RECALL_KS = (1, 2, 4, 8)
 METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
+MPREC_MAX_K = 50  # seed 002 reports mprec@K for K = 1..50
+MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
 
 
 def _as_float32(x: np.ndarray) -> np.ndarray:
@@ -95,3 +97,20 @@ def evaluate(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
     metrics["nmi"] = nmi(embeddings, labels, seed=seed)
     metrics["map@r"] = map_at_r(neighbour_labels, labels)
     return metrics
+
+
+def mprec_from_neighbours(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """mprec@K for K = 1..neighbours: precision@K of every query, averaged over the queries of
+    each class, then over the classes (seed 002 §4)."""
+    hits = (neighbour_labels == labels[:, None]).astype(np.float64)
+    precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+    classes = np.unique(labels)
+    per_class = [precision[labels == c].mean(axis=0) for c in classes]
+    return np.mean(per_class, axis=0)
+
+
+def mprec_at_k(embeddings: np.ndarray, labels: np.ndarray, max_k: int = MPREC_MAX_K) -> np.ndarray:
+    """mprec@K for K = 1..max_k (at most N - 1): every item a query against the rest."""
+    labels = np.asarray(labels)
+    _, idx = knn(embeddings, max_k)
+    return mprec_from_neighbours(labels[idx], labels)

@@ -168,6 +168,22 @@ def recall_at_k_curves(df: pd.DataFrame) -> bytes:
         return _png(fig)
 
 
+def mprec_curves(df: pd.DataFrame) -> bytes:
+    """mprec@K against K (seed 002), a panel per embedding size and a line per method.
+
+    Columns: method, dims, K, mprec; rows are (run, K), lines are mean and sd over the runs."""
+    _require(df, ["method", "dims", "K", "mprec"])
+    sizes = sorted(df["dims"].unique())
+    with _style():
+        fig, axes = _subplots(len(sizes), sharey=True)
+        for ax, size in zip(axes, sizes, strict=True):
+            _lines(
+                ax, df[df["dims"] == size], "K", "mprec", "method", sorted(df["method"].unique())
+            )
+            ax.set(title=f"d = {size}", ylabel="mprec@K")
+        return _png(fig)
+
+
 def metric_vs_dims(df: pd.DataFrame, metric: str) -> bytes:
     """A metric against embedding size, a line per method (seed 000 Fig. 2a/b: NMI)."""
     return metrics_vs_dims(df, [metric])

@@ -19,7 +19,7 @@ from tabulate import tabulate
 
 from bench import figures, store
 from bench.config import RunConfig, safe_name
-from bench.evaluate import METRIC_KEYS, knn, recall_at_k
+from bench.evaluate import METRIC_KEYS, MPREC_KS, knn, recall_at_k
 from bench.pairs import best_and_worst
 from bench.reference import reference_rows
 from bench.visualize import subsample
@@ -28,6 +28,7 @@ BASELINE_LOSS = "untrained"
 RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
 PROTOCOL_COLUMNS = {
     "accuracy": "Accuracy",
+    **{f"mprec@{k}": f"mprec@{k}" for k in MPREC_KS},  # seed 002's methods
     **{
         f"{split}_{m}": f"{split} {label}"
         for split in ("seen", "unseen")
@@ -100,10 +101,15 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
             problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
             continue
         protocol = metrics.setdefault("protocol", "metric")
+        # Seed 002's methods (protocol "linear") follow a split of the data (data_protocol;
+        # "file" for a features file): their baseline is in the deep runs' table of that split.
+        split = metrics.get("data_protocol") or protocol
+        split = "metric" if split == "file" else split
         base = safe_name(metrics["dataset"])
-        base = base if protocol == "metric" else f"{base}-{protocol}"
+        base = base if split == "metric" else f"{base}-{split}"
+        table = base if protocol == split else f"{base}-{protocol}"
         preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
-        table = f"{base}-{preset}" if preset else base
+        table = f"{table}-{preset}" if preset else table
         rows.append({**run_record(run_dir, metrics), "table": table, "base_table": base})
     df = with_baselines(pd.DataFrame(rows))
     if len(df):
@@ -817,6 +823,18 @@ def pair_figures(part: pd.DataFrame, table: str) -> Files:
     }
 
 
+def mprec_figure(part: pd.DataFrame, table: str) -> Files:
+    """<table>-mprec.png: mprec@K against K per method and size (seed 002) from mprec.csv."""
+    frames = [
+        curve.assign(method=run["method"], dims=run["dims"])
+        for _, run in part.iterrows()
+        if (curve := read_numbers(Path(run["path"]) / "mprec.csv", ["K", "mprec"])) is not None
+    ]
+    if not frames:
+        return {}
+    return {f"{table}-mprec.png": figures.mprec_curves(pd.concat(frames, ignore_index=True))}
+
+
 def tsne_figure(part: pd.DataFrame, table: str) -> Files:
     """<table>-tsne.png: yoked t-SNE of several losses' test embeddings (seed 003)."""
     xs, labels, titles = tsne_inputs(part)
@@ -836,6 +854,7 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     neighbours_figure,
     centres_figure,
     pair_figures,
+    mprec_figure,
     tsne_figure,
 )
 KINDS = {
@@ -853,6 +872,7 @@ KINDS = {
     "<table>-centres.png": "NNGK: distance and kernel value to nearest centres (Fig. 4b/4c)",
     "<table>-pair-distances.png": "distances of similar and dissimilar test pairs (seed 004)",
     "<table>-pr.png": "precision-recall of seen and unseen test pairs (seed 004 Fig. 11b)",
+    "<table>-mprec.png": "seed 002's mprec@K against K per method, a panel per size",
     "<table>-tsne.png": "yoked t-SNE of the losses' test embeddings (seed 003)",
     f"{CLASSIFICATION}.md": "test accuracy per backbone and loss (seed 000 Tables 3-5)",
     f"{CLASSIFICATION}.csv": "Tables 3-4 as numbers",

@@ -321,3 +321,44 @@ def test_a_papers_preset_gets_its_own_table_with_the_baseline(tmp_path):
     assert row_of(rows, "untrained (raw inputs)")[7] == "61.00"  # MAP@R
     assert row_of(rows, "npair")[7:] == ["30.00 ± 0.00", "-", "2"]
     assert row_of(md_rows((tmp_path / "out" / "digits.md").read_text()), "npair")[-1] == "1"
+
+
+# ---------------------------------------------------------------- seed 002
+
+
+def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path):
+    r = tmp_path / "results"
+    make_run(r, "base", loss="untrained", dims=64, protocol="classify", **{"map@r": 0.6})
+    for method, value in (("nml", 0.9), ("pca", 0.8)):
+        curve = pd.DataFrame({"K": np.arange(1, 51), "mprec": np.linspace(value, 0.5, 50)})
+        for split in ("classify", "metric"):
+            make_run(
+                r,
+                f"{method}-{split}",
+                loss=method,
+                dims=8,
+                protocol="linear",
+                data_protocol=split,
+                tables={"mprec.csv": curve},
+                **{"mprec@1": value, "mprec@10": curve["mprec"][9], "mprec@50": 0.5},
+            )
+    df, _ = load_runs(r)
+    assert sorted(df["table"].unique()) == [
+        "digits-classify",
+        "digits-classify-linear",
+        "digits-linear",
+    ]
+    written, problems = write_report(r, tmp_path / "out")
+    assert not problems
+    rows = md_rows((tmp_path / "out" / "digits-classify-linear.md").read_text())
+    assert rows[0][8:11] == ["mprec@1", "mprec@10", "mprec@50"]
+    assert row_of(rows, "nml")[8:11] == [
+        "90.00",
+        f"{100 * np.linspace(0.9, 0.5, 50)[9]:.2f}",
+        "50.00",
+    ]
+    assert row_of(rows, "untrained (raw inputs)")[7:9] == ["60.00", "-"]
+    assert (
+        (tmp_path / "out" / "digits-classify-linear-mprec.png").read_bytes().startswith(b"\x89PNG")
+    )
+    assert "digits-linear-mprec.png" in (tmp_path / "out" / "README.md").read_text()
