@@ -913,7 +913,8 @@ def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
     .csv and -ablation.csv; README.md indexing them all."""
     df, problems = load_runs(results)
     out = Path(out)
-    parts = {t: df[df["table"] == t] for t in sorted(df["table"].unique())} if len(df) else {}
+    tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique()) if len(df) else []
+    parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
     groups = {t: _build(t, p, TABLE_BUILDERS, problems) for t, p in parts.items()}
     if len(df):
         groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
