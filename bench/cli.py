@@ -332,7 +332,8 @@ def report(results, out):
 @click.option("--crop", default=224, show_default=True)
 @click.option("--backbone", default="resnet18", show_default=True)
 @click.option("--images", default=640, show_default=True, help="Images to time the loader on.")
-def speed(batch, loader_dataset, data_root, resize, crop, backbone, images):
+@click.option("--workers", default=0, show_default=True, help="Loader processes (as in run).")
+def speed(batch, loader_dataset, data_root, resize, crop, backbone, images, workers):
     """Benchmarks printed as ratios: our lifted structure loss against PML's; with --loader, the
     image cache against decoding every epoch, both against the model's training speed."""
     import tempfile
@@ -356,7 +357,7 @@ def speed(batch, loader_dataset, data_root, resize, crop, backbone, images):
         except ValueError as err:
             raise click.ClickException(str(err)) from None
         paths = table["path"].tolist()[:images]
-    result = loader_benchmark(paths, resize, crop, backbone, tmp / "cache")
+    result = loader_benchmark(paths, resize, crop, backbone, tmp / "cache", workers)
     click.echo(
         tabulate(result.items(), headers=["loader", "value"], floatfmt=".2f", tablefmt="github")
     )

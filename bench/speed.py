@@ -50,11 +50,11 @@ def lifted_benchmark(batch: int = 128, dims: int = 64, classes=(2, 8, 32)) -> li
     return rows
 
 
-def throughput(dataset, batch_size: int = 64, batches: int = 10) -> float:
-    """Images per second that a DataLoader (no workers) yields from `dataset`."""
+def throughput(dataset, batch_size: int = 64, batches: int = 10, workers: int = 0) -> float:
+    """Images per second that a DataLoader with `workers` processes yields from `dataset`."""
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True)
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers)
     start, seen = time.perf_counter(), 0
     for i, (x, _, _) in enumerate(loader):
         seen += len(x)
@@ -80,24 +80,31 @@ class DecodedEveryEpoch:
 
 
 def model_throughput(backbone: str, size: int, batch_size: int = 32, steps: int = 3) -> float:
-    """Training images per second of a backbone (forward, backward, SGD step) at this size."""
+    """Training images per second of a backbone (forward, backward, SGD step) at this size, on
+    the device a run would train on."""
     from bench.backbones import build_model
+    from bench.trainer import default_device
 
-    model = build_model(backbone, 64, "none", 3)
+    device = default_device()
+    model = build_model(backbone, 64, "none", 3).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-    x = torch.randn(batch_size, 3, size, size)
+    x = torch.randn(batch_size, 3, size, size, device=device)
 
     def step() -> None:
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()  # time the work, not its launch
 
     return batch_size / seconds_per_call(step, repeats=steps)
 
 
-def loader_benchmark(paths: list[str], resize: int, crop: int, backbone: str, cache_dir) -> dict:
-    """Loader throughput from the image cache and from decoding every epoch, against the
-    model's training throughput at the same crop size."""
+def loader_benchmark(
+    paths: list[str], resize: int, crop: int, backbone: str, cache_dir, workers: int = 0
+) -> dict:
+    """Loader throughput from the image cache and from decoding every epoch (with `workers`
+    loader processes), against the model's training throughput at the same crop size."""
     import numpy as np
 
     from bench.images import CachedImages, build_cache, train_transform
@@ -110,8 +117,9 @@ def loader_benchmark(paths: list[str], resize: int, crop: int, backbone: str, ca
     rows = {
         "images": len(paths),
         "cache build s (once)": build_s,
-        "cached img/s": throughput(cached),
-        "decoded img/s": throughput(DecodedEveryEpoch(paths, resize, tf)),
+        "loader workers": workers,
+        "cached img/s": throughput(cached, workers=workers),
+        "decoded img/s": throughput(DecodedEveryEpoch(paths, resize, tf), workers=workers),
         f"{backbone} train img/s": model_throughput(backbone, crop),
     }
     rows["cache speed-up"] = rows["cached img/s"] / rows["decoded img/s"]
