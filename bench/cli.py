@@ -12,7 +12,7 @@ from bench import store
 from bench.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
 from bench.config import PRESETS, make_configs
 from bench.data import check_dataset
-from bench.protocols import PROTOCOLS
+from bench.protocols import PROTOCOLS, VAL_SPLITS
 
 DEFAULT_RESULTS = Path("results")
 
@@ -128,6 +128,13 @@ def main() -> None:
     default=None,
     help="At most N training images per class (Fig. 3).",
 )
+@click.option(
+    "--val-split",
+    type=click.Choice(VAL_SPLITS),
+    default=None,
+    help="Validation: a share of the training images (default), or whole training classes "
+    "never trained on (metric protocol).",
+)
 @click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
@@ -160,6 +167,7 @@ def run(
     fixed_weights,
     freeze_backbone,
     train_per_class,
+    val_split,
     seed,
     results,
     force,
@@ -193,6 +201,7 @@ def run(
         workers=workers,
         freeze_backbone=freeze_backbone or None,
         train_per_class=train_per_class,
+        val_split=val_split,
         data_root=data_root,
     )
     configs = [
@@ -262,10 +271,11 @@ SEED003_SUITE = (
     default=None,
     help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
 )
+@click.option("--val-split", type=click.Choice(VAL_SPLITS), default=None)
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-def suite(dims, seed, epochs, preset, results):
+def suite(dims, seed, epochs, preset, val_split, results):
     """The seven core losses (triplet with each miner) on digits: the comparison in reports/.
     With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
     if preset:
@@ -287,6 +297,7 @@ def suite(dims, seed, epochs, preset, results):
             seed=s,
             epochs=epochs,
             embedding=embedding,
+            val_split=val_split,
         )
     ]
     run_all(configs, results, False, None)

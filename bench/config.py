@@ -12,6 +12,9 @@ from typing import Any
 # Where the data lies, how it is loaded and which preset gave the defaults do not change what a
 # run computes.
 NOT_HASHED = ("data_root", "workers", "preset")
+# Options added after runs were made: hashed only where they differ from these defaults, so that
+# adding one keeps the names (and so the skip and resume) of every earlier run.
+HASHED_IF_SET = {"val_split": "images"}
 
 
 def safe_name(dataset: str) -> str:
@@ -38,6 +41,7 @@ class RunConfig:
     momentum: float = 0.9
     weight_decay: float = 5e-4
     val_fraction: float = 0.2
+    val_split: str = "images"  # or "classes": validation classes never trained on
     train_per_class: int = 0  # 0: every training image
     freeze_backbone: bool = False
     resize: int = 256
@@ -52,7 +56,8 @@ class RunConfig:
         return asdict(self)
 
     def run_id(self) -> str:
-        hashed = {k: v for k, v in self.to_dict().items() if k not in NOT_HASHED}
+        unset = {k for k, default in HASHED_IF_SET.items() if getattr(self, k) == default}
+        hashed = {k: v for k, v in self.to_dict().items() if k not in {*NOT_HASHED, *unset}}
         digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
         miner = self.loss_params.get("miner")
         name = f"{self.loss}-{miner}" if miner else self.loss

@@ -82,14 +82,18 @@ def contiguous(labels: np.ndarray) -> np.ndarray:
 
 
 def digits(
-    protocol: str = "metric", val_fraction: float = 0.2, train_per_class: int = 0, **_
+    protocol: str = "metric",
+    val_fraction: float = 0.2,
+    train_per_class: int = 0,
+    val_split: str = "images",
+    **_,
 ) -> DataSplits:
     """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test."""
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
     labels = data.target.astype(np.int64)
     table = pd.DataFrame({"label": labels, "split": ""})
-    splits = make_splits(protocol, table, val_fraction, train_per_class)
+    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
 
     def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
         return TensorImages(images[rows], labels[rows], shift=shift)
@@ -138,12 +142,13 @@ def image_splits(
     crop: int = 224,
     pad: int = 0,
     train_per_class: int = 0,
+    val_split: str = "images",
 ) -> DataSplits:
     """An image data set under a protocol: decoded once into the cache, then transformed."""
     table, root = read_table(name, data_root or default_data_root())
     if "source" in table and protocol == "classify":  # Leafsnap: the field images only
         table = table[table["source"] == "field"].reset_index(drop=True)
-    splits = make_splits(protocol, table, val_fraction, train_per_class)
+    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
     cache = build_cache(
         table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
     )
@@ -178,7 +183,9 @@ def train_classes_first(train: np.ndarray, *others: np.ndarray) -> list[np.ndarr
     ]
 
 
-def feature_splits(name: str, val_fraction: float = 0.2, train_per_class: int = 0) -> DataSplits:
+def feature_splits(
+    name: str, val_fraction: float = 0.2, train_per_class: int = 0, val_split: str = "images"
+) -> DataSplits:
     """Cached feature vectors (`features:PATH.npz`) as a data set for the small `mlp` or `linear`
     heads: the file's own splits; validation carved from training where the file has none."""
     from bench.features import load_features
@@ -186,7 +193,7 @@ def feature_splits(name: str, val_fraction: float = 0.2, train_per_class: int = 
     f = load_features(name)
     train_x, train_y, val_x, val_y = f.train, f.train_labels, f.val, f.val_labels
     if not len(val_y):
-        tr, va = carve_validation(train_y, val_fraction)
+        tr, va = carve_validation(train_y, val_fraction, by_classes=val_split == "classes")
         train_x, train_y, val_x, val_y = train_x[tr], train_y[tr], train_x[va], train_y[va]
     if train_per_class:
         keep = limit_per_class(np.arange(len(train_y)), train_y, train_per_class)
@@ -230,8 +237,9 @@ def check_dataset(name: str) -> None:
 def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2, **image_opts):
     """The splits of a data set under a protocol; `image_opts` go to `image_splits`."""
     check_dataset(name)
+    chosen = {k: image_opts[k] for k in ("train_per_class", "val_split") if k in image_opts}
     if name == "digits":
-        return digits(protocol, val_fraction, image_opts.get("train_per_class", 0))
+        return digits(protocol, val_fraction, **chosen)
     if name.startswith(FEATURES_PREFIX):
-        return feature_splits(name, val_fraction, image_opts.get("train_per_class", 0))
+        return feature_splits(name, val_fraction, **chosen)
     return image_splits(name, protocol, val_fraction, **image_opts)

@@ -32,11 +32,26 @@ class Splits:
     unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
-def carve_validation(labels: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """Stratified (train, validation) positions within a training split, fixed seed."""
+def carve_validation(
+    labels: np.ndarray, fraction: float, by_classes: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) positions within a training split: a stratified share of the images
+    (fixed seed), or, `by_classes`, every image of the last classes (at least two, a `fraction`
+    of them), so that validation, like the metric protocol's test, has classes never trained on
+    (Musgrave et al. 2020)."""
     positions = np.arange(len(labels))
     if fraction <= 0:
         return positions, positions[:0]
+    if by_classes:
+        classes = np.unique(labels)
+        held = max(2, round(fraction * len(classes)))
+        if len(classes) - held < 2:
+            raise ValueError(
+                f"a class-disjoint validation split needs at least 4 training classes; "
+                f"got {len(classes)}"
+            )
+        val = np.isin(labels, classes[-held:])
+        return positions[~val], positions[val]
     train, val = train_test_split(
         positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
     )
@@ -48,11 +63,11 @@ def first_half_classes(labels: np.ndarray) -> np.ndarray:
     return classes[: len(classes) // 2]
 
 
-def metric_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
+def metric_splits(table: pd.DataFrame, val_fraction: float, by_classes: bool = False) -> Splits:
     labels = table["label"].to_numpy()
     is_train = np.isin(labels, first_half_classes(labels))
     train_all, test = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction)
+    tr, va = carve_validation(labels[train_all], val_fraction, by_classes)
     return Splits(train_all[tr], train_all[va], test)
 
 
@@ -93,17 +108,42 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
     return Splits(train_all[tr], train_all[va], test, unseen)
 
 
+VAL_SPLITS = ("images", "classes")
+
+
+def check_val_split(val_split: str, protocol: str) -> None:
+    """A one-line ValueError for an unknown validation split, or classes outside `metric`."""
+    if val_split not in VAL_SPLITS:
+        raise ValueError(
+            f"unknown validation split {val_split!r}; expected one of: {', '.join(VAL_SPLITS)}"
+        )
+    if val_split == "classes" and protocol != "metric":
+        raise ValueError(
+            f"a class-disjoint validation split applies to the metric protocol only (the "
+            f"{protocol} protocol tests classes it trained on)"
+        )
+
+
 SPLITTERS = {"metric": metric_splits, "classify": classify_splits, "pairs": pairs_splits}
 
 
 def make_splits(
-    protocol: str, table: pd.DataFrame, val_fraction: float, train_per_class: int = 0
+    protocol: str,
+    table: pd.DataFrame,
+    val_fraction: float,
+    train_per_class: int = 0,
+    val_split: str = "images",
 ) -> Splits:
     """The protocol's splits; with `train_per_class`, at most that many training images per
-    class (seed 000 Fig. 3), drawn with a fixed seed."""
+    class (seed 000 Fig. 3), drawn with a fixed seed; val_split="classes" holds out whole
+    training classes for validation (metric protocol only)."""
     if protocol not in SPLITTERS:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of: {', '.join(PROTOCOLS)}")
-    splits = SPLITTERS[protocol](table, val_fraction)
+    check_val_split(val_split, protocol)
+    if val_split == "classes":
+        splits = metric_splits(table, val_fraction, by_classes=True)
+    else:
+        splits = SPLITTERS[protocol](table, val_fraction)
     if train_per_class:
         labels = table["label"].to_numpy()
         splits = replace(splits, train=limit_per_class(splits.train, labels, train_per_class))

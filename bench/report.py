@@ -44,7 +44,14 @@ COLUMNS = {
     "map@r": "MAP@R",
 }
 # Settings that new runs record in metrics.json; older runs have them in config.json only.
-SETTINGS = ("backbone", "pretrained", "embedding", "freeze_backbone", "train_per_class")
+SETTINGS = (
+    "backbone",
+    "pretrained",
+    "embedding",
+    "freeze_backbone",
+    "train_per_class",
+    "val_split",
+)
 DEFAULTS = RunConfig()
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 SPLITS = ("seen", "unseen")
@@ -148,6 +155,7 @@ def setting_text(column: str, value: object) -> str:
         "train_per_class": lambda v: f"{int(v)} per class" if v else "all per class",
         "pretrained": lambda v: f"{v} weights",
         "param_learn_weights": lambda v: "learned weights" if v else "fixed weights",
+        "val_split": lambda v: f"validated on held-out {v}",
     }
     if column in texts:
         return texts[column](value)

@@ -318,6 +318,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "embedding": cfg.embedding,
         "freeze_backbone": cfg.freeze_backbone,
         "train_per_class": cfg.train_per_class,
+        "val_split": cfg.val_split,
         "preset": cfg.preset,
         "epochs": cfg.epochs,
         **extra,
@@ -334,6 +335,7 @@ def load_data(cfg: RunConfig) -> DataSplits:
         crop=cfg.crop,
         pad=cfg.pad,
         train_per_class=cfg.train_per_class,
+        val_split=cfg.val_split,
     )
 
 

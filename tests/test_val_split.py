@@ -1,0 +1,60 @@
+"""A class-disjoint validation split (--val-split classes) for the metric protocol."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.config import NOT_HASHED, RunConfig
+from bench.data import load_dataset
+from bench.protocols import carve_validation
+
+
+def test_whole_last_classes_are_held_out():
+    labels = np.repeat([3, 1, 4, 0, 2, 5], 4)
+    train, val = carve_validation(labels, 0.2, by_classes=True)
+    assert set(labels[val]) == {4, 5}  # at least two classes, the last ones
+    assert set(labels[train]) == {0, 1, 2, 3}
+    assert sorted([*train, *val]) == list(range(len(labels)))
+    _, val = carve_validation(np.repeat(np.arange(10), 2), 0.5, by_classes=True)
+    assert len(val) == 10  # half of ten classes
+    with pytest.raises(ValueError, match="at least 4 training classes; got 3"):
+        carve_validation(np.arange(3), 0.2, by_classes=True)
+
+
+def test_digits_validate_on_training_classes_never_trained_on():
+    data = load_dataset("digits", val_split="classes")
+    assert set(data.train.labels) == {0, 1, 2} and data.num_train_classes == 3
+    assert set(data.val.labels) == {3, 4} and set(data.test.labels) == {5, 6, 7, 8, 9}
+    default = load_dataset("digits")
+    assert len(data.train) + len(data.val) == len(default.train) + len(default.val)
+
+
+def test_the_default_keeps_every_earlier_run_name():
+    cfg = RunConfig()
+    fields = {k: v for k, v in cfg.to_dict().items() if k not in {*NOT_HASHED, "val_split"}}
+    digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
+    assert cfg.run_id().endswith(digest)
+    assert RunConfig(val_split="classes").run_id() != cfg.run_id()
+
+
+def test_class_validation_outside_the_metric_protocol_is_a_one_line_error(tmp_path):
+    args = ["run", "--protocol", "classify", "--val-split", "classes", "--results", tmp_path]
+    out = CliRunner().invoke(main, [str(a) for a in args])
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
+    assert "applies to the metric protocol only" in out.output
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_run_records_its_validation_split(tmp_path):
+    args = "run --loss softmax --dims 16 --epochs 1 --val-split classes"
+    out = CliRunner().invoke(main, [*args.split(), "--results", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    (run,) = [p for p in tmp_path.glob("digits-softmax-*") if (p / "metrics.json").is_file()]
+    assert json.loads((run / "metrics.json").read_text())["val_split"] == "classes"
+    assert json.loads((run / "config.json").read_text())["val_split"] == "classes"
+    train = np.load(run / "train_embeddings.npz")
+    assert set(train["labels"]) == {0, 1, 2}
