@@ -18,6 +18,7 @@ def current_means(results: Path) -> pd.DataFrame:
     df, _ = load_runs(results)
     if not len(df):
         return pd.DataFrame(columns=[*KEYS, "metric", "value", "runs"])
+    df = df.assign(method=df["name"])  # the report's row: variants (e.g. FC, GAP) apart
     metrics = [m for m in CHECKED if m in df]
     long = df.melt(id_vars=KEYS, value_vars=metrics, var_name="metric").dropna()
     grouped = long.groupby([*KEYS, "metric"])["value"]

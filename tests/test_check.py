@@ -1,6 +1,9 @@
+import json
+
 import pandas as pd
 from click.testing import CliRunner
 
+from bench import store
 from bench.cli import main
 from tests.test_report import fake_run
 
@@ -54,3 +57,19 @@ def test_unreadable_baseline_is_a_one_line_error(tmp_path):
     assert out.output.strip().splitlines() == [
         f"Error: baseline {bad} lacks columns: dims, method, metric, table, value"
     ]
+
+
+def test_variants_of_a_loss_are_checked_apart(tmp_path):
+    results = make_results(tmp_path)
+    fake_run(results, "v", "nngk", 64, 0, 0.20)
+    metrics = json.loads((results / "v" / "metrics.json").read_text())
+    store.atomic_write_json(results / "v" / "metrics.json", {**metrics, "val_split": "classes"})
+    baseline = tmp_path / "baseline.csv"
+    check("--baseline", baseline, "--results", results, "--update")
+    table = pd.read_csv(baseline)
+    nngk = table[table["method"].str.startswith("nngk") & (table["metric"] == "map@r")]
+    values = dict(zip(nngk["method"], nngk["value"], strict=True))
+    assert values == {
+        "nngk, validated on held-out images": 0.75,
+        "nngk, validated on held-out classes": 0.20,
+    }
