@@ -184,11 +184,6 @@ def mprec_curves(df: pd.DataFrame) -> bytes:
         return _png(fig)
 
 
-def metric_vs_dims(df: pd.DataFrame, metric: str) -> bytes:
-    """A metric against embedding size, a line per method (seed 000 Fig. 2a/b: NMI)."""
-    return metrics_vs_dims(df, [metric])
-
-
 def metrics_vs_dims(
     df: pd.DataFrame, metrics: Sequence[str], baselines: Mapping[str, float] | None = None
 ) -> bytes:
@@ -293,11 +288,6 @@ def _distance_panel(ax: Axes, frame: pd.DataFrame, title: str) -> None:
         ax.axvline(mean, color=colours[pair], linestyle="--")
     summary = ", ".join(f"mean {p} {m:.3f}" for p, m in means.items())
     ax.set_title(f"{title}\n{summary}")
-
-
-def pair_distance_histograms(dist: np.ndarray, same: np.ndarray, title: str) -> bytes:
-    """Distances of similar and dissimilar pairs, each normalised (seed 004 Fig. 1, 2, 12)."""
-    return pair_distance_figure({title: distance_frame(dist, same)})
 
 
 def distance_frame(

@@ -67,7 +67,7 @@ def joint_figure() -> bytes:
 
 FIGURES = {
     "recall_at_k_curves": lambda: figures.recall_at_k_curves(runs()),
-    "metric_vs_dims": lambda: figures.metric_vs_dims(runs(), "nmi"),
+    "metric_vs_dims": lambda: figures.metrics_vs_dims(runs(), ["nmi"]),
     "accuracy_vs_examples": lambda: figures.accuracy_vs_examples(
         pd.DataFrame(
             {
@@ -93,10 +93,13 @@ FIGURES = {
             }
         )
     ),
-    "pair_distance_histograms": lambda: figures.pair_distance_histograms(
-        np.concatenate([np.linspace(0, 0.6, 50), np.linspace(0.3, 1.2, 70)]),
-        np.arange(120) < 50,
-        "seen categories",
+    "pair_distance_figure_one_panel": lambda: figures.pair_distance_figure(
+        {
+            "seen categories": figures.distance_frame(
+                np.concatenate([np.linspace(0, 0.6, 50), np.linspace(0.3, 1.2, 70)]),
+                np.arange(120) < 50,
+            )
+        }
     ),
     "pr_curves": lambda: figures.pr_curves({"seen": pr_curve(0), "unseen": pr_curve(1)}),
     "metrics_vs_dims": lambda: figures.metrics_vs_dims(runs(), ["recall@1", "nmi"], {"nmi": 0.3}),
