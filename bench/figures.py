@@ -262,24 +262,20 @@ def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
 
 
 def _distance_panel(ax: Axes, frame: pd.DataFrame, title: str) -> None:
-    """Weighted histograms of a frame's `distance` per `pair` (similar, dissimilar), each
-    normalised to unit area, with the weighted means dashed and in the title."""
+    """Histograms of a frame's `distance` per `pair` (similar, dissimilar), each normalised to
+    unit area, with the means dashed and in the title."""
     colours = {"similar": SIMILAR_COLOUR, "dissimilar": DISSIMILAR_COLOUR}
     order = [p for p in colours if (frame["pair"] == p).any()]
-    means = {}
-    for pair in order:
-        part = frame[frame["pair"] == pair]
-        means[pair] = float(np.average(part["distance"], weights=part["weight"]))
+    means = {pair: float(frame.loc[frame["pair"] == pair, "distance"].mean()) for pair in order}
     sns.histplot(
         data=frame,
         x="distance",
         hue="pair",
-        weights="weight",
         hue_order=order,
         palette=colours,
         stat="density",
         common_norm=False,
-        bins=40,  # seaborn 0.13 rejects an array of edges together with weights
+        bins=40,
         binrange=(frame["distance"].min(), frame["distance"].max()),
         element="step",
         ax=ax,
@@ -290,16 +286,12 @@ def _distance_panel(ax: Axes, frame: pd.DataFrame, title: str) -> None:
     ax.set_title(f"{title}\n{summary}")
 
 
-def distance_frame(
-    dist: np.ndarray, same: np.ndarray, weight: np.ndarray | None = None
-) -> pd.DataFrame:
-    """The table pair_distance_figure draws: distance, pair (similar or dissimilar), weight."""
-    dist = np.asarray(dist, dtype=np.float64)
+def distance_frame(dist: np.ndarray, same: np.ndarray) -> pd.DataFrame:
+    """The table pair_distance_figure draws: distance, pair (similar or dissimilar)."""
     return pd.DataFrame(
         {
-            "distance": dist,
+            "distance": np.asarray(dist, dtype=np.float64),
             "pair": np.where(np.asarray(same, dtype=bool), "similar", "dissimilar"),
-            "weight": np.ones_like(dist) if weight is None else np.asarray(weight, float),
         }
     )
 
@@ -309,7 +301,7 @@ def pair_distance_figure(panels: Mapping[str, pd.DataFrame], per_row: int = 2) -
     if not panels:
         raise ValueError("no pair distances to draw")
     for frame in panels.values():
-        _require(frame, ["distance", "pair", "weight"])
+        _require(frame, ["distance", "pair"])
     with _style():
         fig, axes = _subplots(len(panels), per_row=per_row)
         for ax, (title, frame) in zip(axes, panels.items(), strict=True):

@@ -117,7 +117,7 @@ FIGURES = {
     "pair_distance_figure": lambda: figures.pair_distance_figure(
         {
             f"loss {i}: {split}": figures.distance_frame(
-                np.linspace(0, 1, 20), np.arange(20) < 8 + i, np.linspace(1, 2, 20)
+                np.linspace(0, 1, 20), np.arange(20) < 8 + i
             )
             for i in range(2)
             for split in ("seen", "unseen")
