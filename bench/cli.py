@@ -10,7 +10,7 @@ import click
 
 from bench import store
 from bench.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
-from bench.config import PRESETS, make_configs
+from bench.config import FEATURES_PREFIX, PRESETS, make_configs
 from bench.data import check_dataset
 from bench.protocols import PROTOCOLS, VAL_SPLITS
 
@@ -503,7 +503,7 @@ def features(
     try:
         check_dataset(dataset)
         check_backbone(backbone)
-        if dataset.startswith("features:"):
+        if dataset.startswith(FEATURES_PREFIX):
             raise ValueError(f"{dataset} holds features already; give a data set of images")
         import torch
 

@@ -15,6 +15,7 @@ NOT_HASHED = ("data_root", "workers", "preset")
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
 HASHED_IF_SET = {"val_split": "images"}
+FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (bench/features.py)
 
 
 def safe_name(dataset: str) -> str:
@@ -191,7 +192,7 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
         return small if dataset == "digits" else images
     if dataset == "digits":
         return DIGITS
-    if dataset.startswith("features:"):
+    if dataset.startswith(FEATURES_PREFIX):
         return FEATURES
     if protocol == "classify":
         val = CLASSIFY_VAL.get(dataset, 0.2)

@@ -13,6 +13,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import Dataset
 
+from bench.config import FEATURES_PREFIX
 from bench.images import CachedImages, build_cache, eval_transform, train_transform
 from bench.protocols import carve_validation, limit_per_class, make_splits
 from bench.sources.cars196 import read_cars196
@@ -30,7 +31,6 @@ READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "leafsnap": read_leafsnap,
 }
 FOLDER_PREFIX = "folder:"
-FEATURES_PREFIX = "features:"  # an .npz of feature vectors (bench/features.py)
 
 
 class TensorImages(Dataset):

@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from bench import store
-from bench.config import make_configs, safe_name
-from bench.data import FEATURES_PREFIX, DataSplits
+from bench.config import FEATURES_PREFIX, make_configs, safe_name
+from bench.data import DataSplits
 
 SPLITS = ("train", "val", "test")
 FORMAT = (
