@@ -17,6 +17,11 @@ from bench.protocols import PROTOCOLS, VAL_SPLITS
 DEFAULT_RESULTS = Path("results")
 
 
+# Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
+POSITIVE = click.IntRange(min=1)
+NON_NEGATIVE = click.FloatRange(min=0)
+
+
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
     """'64,512,1024' -> (64, 512, 1024); a one-line error for anything else."""
     if text is None:
@@ -67,7 +72,19 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
         check_backbone(backbone)
 
 
-@click.group()
+class OneLineErrors(click.Group):
+    """A bad option value is one line, "Error: ...", without click's usage preamble."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as err:
+            error = click.ClickException(err.format_message())
+            error.exit_code = err.exit_code
+            raise error from None
+
+
+@click.group(cls=OneLineErrors)
 def main() -> None:
     """nngk-bench: compare deep metric learning losses with one trainer and one evaluator."""
 
@@ -94,14 +111,18 @@ def main() -> None:
 )
 @click.option("--dims", default=None, help="Embedding sizes, e.g. 64,512,1024 (one run each).")
 @click.option("--miner", default=None, help="Triplet miner (see `losses`).")
-@click.option("--epochs", type=int, default=None)
-@click.option("--batch-size", type=int, default=None)
-@click.option("--lr", type=float, default=None)
-@click.option("--weight-decay", type=float, default=None)
-@click.option("--sigma", type=float, default=None, help="NNGK kernel width.")
-@click.option("--k", type=int, default=None, help="NNGK neighbours per example.")
-@click.option("--update-interval", type=int, default=None, help="NNGK epochs between refreshes.")
-@click.option("--margin", type=float, default=None, help="Triplet margin.")
+@click.option("--epochs", type=POSITIVE, default=None)
+@click.option("--batch-size", type=click.IntRange(min=2), default=None)
+@click.option("--lr", type=NON_NEGATIVE, default=None)
+@click.option("--weight-decay", type=NON_NEGATIVE, default=None)
+@click.option(
+    "--sigma", type=click.FloatRange(min=0, min_open=True), default=None, help="NNGK kernel width."
+)
+@click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example.")
+@click.option(
+    "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
+)
+@click.option("--margin", type=NON_NEGATIVE, default=None, help="Triplet margin.")
 @click.option(
     "--triplet-form",
     type=click.Choice(["margin", "nca"]),
@@ -117,14 +138,20 @@ def main() -> None:
     default=None,
     help="fc: a linear layer after the backbone; gap: its global average pooling.",
 )
-@click.option("--resize", type=int, default=None, help="Images are resized to this square.")
-@click.option("--crop", type=int, default=None, help="Random (train) / centre (eval) crop.")
-@click.option("--workers", type=int, default=0, show_default=True, help="DataLoader workers.")
+@click.option("--resize", type=POSITIVE, default=None, help="Images are resized to this square.")
+@click.option("--crop", type=POSITIVE, default=None, help="Random (train) / centre (eval) crop.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="DataLoader workers.",
+)
 @click.option("--fixed-weights", is_flag=True, help="NNGK: centre weights fixed at 1 (Table 5).")
 @click.option("--freeze-backbone", is_flag=True, help="Train only what follows the backbone.")
 @click.option(
     "--train-per-class",
-    type=int,
+    type=POSITIVE,
     default=None,
     help="At most N training images per class (Fig. 3).",
 )
@@ -264,7 +291,7 @@ SEED003_SUITE = (
 @main.command()
 @click.option("--dims", default=None, help="Default: 64,512 (seed003: 64, GAP its own size).")
 @click.option("--seed", default="0,1,2", show_default=True)
-@click.option("--epochs", type=int, default=None, help="Default: the digits preset's.")
+@click.option("--epochs", type=POSITIVE, default=None, help="Default: the digits preset's.")
 @click.option(
     "--preset",
     type=click.Choice(sorted(PRESETS)),
@@ -273,9 +300,16 @@ SEED003_SUITE = (
 )
 @click.option("--val-split", type=click.Choice(VAL_SPLITS), default=None)
 @click.option(
+    "--backbone",
+    type=click.Choice(["small_cnn", "small_cnn_gn"]),
+    default=None,
+    help="Default: the digits preset's (small_cnn).",
+)
+@click.option("--lr", type=NON_NEGATIVE, default=None, help="Default: the digits preset's.")
+@click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-def suite(dims, seed, epochs, preset, val_split, results):
+def suite(dims, seed, epochs, preset, val_split, backbone, lr, results):
     """The seven core losses (triplet with each miner) on digits: the comparison in reports/.
     With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
     if preset:
@@ -298,6 +332,8 @@ def suite(dims, seed, epochs, preset, val_split, results):
             epochs=epochs,
             embedding=embedding,
             val_split=val_split,
+            backbone=backbone,
+            lr=lr,
         )
     ]
     run_all(configs, results, False, None)

@@ -70,6 +70,11 @@ class NNGKLoss(BenchLoss):
         super().__init__()
         if num_train < 2:
             raise ValueError("NNGK needs at least 2 training examples")
+        if sigma <= 0 or k < 1 or update_interval < 1:
+            raise ValueError(
+                f"NNGK needs sigma > 0, k >= 1 and update_interval >= 1; got sigma={sigma}, "
+                f"k={k}, update_interval={update_interval}"
+            )
         self.sigma = float(sigma)
         self.k = min(int(k), num_train - 1)
         self.refresh_interval = int(update_interval)

@@ -130,6 +130,11 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
         (["--loss", "softmax", "--sigma", "3"], "loss 'softmax' does not take --sigma"),
         (["--backbone", "vit"], "unknown backbone 'vit'; expected one of: small_cnn"),
         (["--embedding", "gap", "--dims", "32"], "the GAP embedding of small_cnn has 64 dims"),
+        (["--k", "0"], "Invalid value for '--k': 0 is not in the range x>=1"),
+        (["--sigma", "0"], "Invalid value for '--sigma': 0.0 is not in the range x>0"),
+        (["--lr", "-1"], "Invalid value for '--lr': -1.0 is not in the range x>=0"),
+        (["--epochs", "-2"], "Invalid value for '--epochs': -2 is not in the range x>=1"),
+        (["--batch-size", "0"], "Invalid value for '--batch-size': 0 is not in the range x>=2"),
     ],
 )
 def test_bad_input_is_a_one_line_error_and_writes_nothing(args, message, tmp_path):
@@ -277,3 +282,18 @@ def test_visualize_draws_a_runs_tsne_similarity_and_centre_statistics(nngk_run, 
     (tmp_path / "empty").mkdir()
     out = CliRunner().invoke(main, ["visualize", str(tmp_path / "empty")])
     assert out.exit_code == 1 and "train_embeddings.npz not found" in out.output
+
+
+def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
+    planned = []
+    monkeypatch.setattr("bench.cli.run_all", lambda configs, *_: planned.extend(configs))
+    assert cli("suite").exit_code == 0
+    assert len(planned) == 9 * 2 * 3  # losses (triplet with 3 miners), dims 64 and 512, seeds
+    assert {(c.backbone, c.lr, c.val_split) for c in planned} == {("small_cnn", 1e-3, "images")}
+    planned.clear()
+    args = "suite --backbone small_cnn_gn --lr 0 --val-split classes --dims 16 --seed 0"
+    assert cli(*args.split()).exit_code == 0
+    assert len(planned) == 9
+    assert {(c.backbone, c.lr, c.val_split, c.dims) for c in planned} == {
+        ("small_cnn_gn", 0.0, "classes", 16)
+    }

@@ -175,6 +175,14 @@ def test_nngk_k_is_capped_at_the_other_training_examples():
     ]
 
 
+@pytest.mark.parametrize(
+    "params", [{"k": 0}, {"sigma": 0.0}, {"sigma": -1.0}, {"update_interval": 0}]
+)
+def test_nngk_rejects_parameters_out_of_range(params):
+    with pytest.raises(ValueError, match="NNGK needs sigma > 0, k >= 1 and update_interval >= 1"):
+        losses.build_loss("nngk", params, num_train=10, num_classes=2, dims=2)
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
     loss, centres, centre_labels = make_nngk(dtype)
