@@ -12,6 +12,7 @@ from torch import nn
 
 BACKBONES = (
     "small_cnn",
+    "small_cnn_gn",
     "googlenet",
     "resnet18",
     "resnet50",
@@ -35,6 +36,7 @@ BACKBONE_HEAD_DROPOUT = 0.5  # after the ResNets' pooling; the paper does not gi
 # Smallest input side each backbone runs on (smaller inputs are upsampled by EmbeddingNet).
 MIN_SIZES = {
     "small_cnn": 0,
+    "small_cnn_gn": 0,
     "googlenet": 64,
     "resnet18": 32,
     "resnet50": 32,
@@ -62,6 +64,7 @@ FEATURE_DIMS = {
 # vgg16 and alexnet have none: their embedding is FC7, as in the papers that use them.
 GAP_DIMS = {
     "small_cnn": 64,
+    "small_cnn_gn": 64,
     "googlenet": 1024,
     "resnet18": 512,
     "resnet50": 2048,
@@ -76,33 +79,48 @@ _TINY_RESNETS = {"resnet18_tiny": "resnet18", "resnet50_tiny": "resnet50"}
 _PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
 
 
-def _conv_bn_relu(in_channels: int, out_channels: int) -> nn.Sequential:
+# small_cnn_gn's GroupNorm: 8 channels a group (Wu and He 2018 find 8-32 per group alike).
+GROUP_SIZE = 8
+
+
+def _conv_norm_relu(in_channels: int, out_channels: int, norm: str = "batch") -> nn.Sequential:
+    if norm == "batch":
+        layer = nn.BatchNorm2d(out_channels)
+    else:
+        layer = nn.GroupNorm(out_channels // GROUP_SIZE, out_channels)
     return nn.Sequential(
         nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1, bias=False),
-        nn.BatchNorm2d(out_channels),
+        layer,
         nn.ReLU(inplace=True),
     )
 
 
 class SmallCNN(nn.Module):
-    """Three conv-BN-ReLU blocks for small images (e.g. 1x8x8 digits, 3x32x32).
+    """Three conv-norm-ReLU blocks for small images (e.g. 1x8x8 digits, 3x32x32).
 
     The last maps are pooled to a 4x4 grid, not to one value per channel: where a stroke lies
     is what tells small digits apart, and a global pool discards it. grid=1 is that global
     average pool (the GAP embedding: 2 * width features).
+
+    norm="batch" (small_cnn) or "group" (small_cnn_gn). BatchNorm's running statistics are
+    estimated on the training classes and then normalise unseen classes too; GroupNorm
+    normalises each image by itself, so the network before training and after it embed alike
+    in train and eval mode, and nothing about the training classes is carried in statistics.
     """
 
     grid = 4
 
-    def __init__(self, in_channels: int = 1, width: int = 32, grid: int = 4) -> None:
+    def __init__(
+        self, in_channels: int = 1, width: int = 32, grid: int = 4, norm: str = "batch"
+    ) -> None:
         super().__init__()
         self.grid = grid
         self.out_features = width * 2 * grid**2
         self.body = nn.Sequential(
-            _conv_bn_relu(in_channels, width),
-            _conv_bn_relu(width, width * 2),
+            _conv_norm_relu(in_channels, width, norm),
+            _conv_norm_relu(width, width * 2, norm),
             nn.MaxPool2d(2),
-            _conv_bn_relu(width * 2, width * 2),
+            _conv_norm_relu(width * 2, width * 2, norm),
             nn.AdaptiveAvgPool2d(self.grid),
             nn.Flatten(),
         )
@@ -363,10 +381,12 @@ def build_backbone(
         # in_channels: the length of the feature vectors. linear: the embedding is a projection.
         net = MLPHead(in_channels) if name == "mlp" else nn.Flatten()
         return net, getattr(net, "out_features", in_channels), in_channels
-    if name == "small_cnn":
+    if name in ("small_cnn", "small_cnn_gn"):
         if pretrained != "none":
-            raise ValueError(f"small_cnn has no pretrained weights; got pretrained={pretrained!r}")
-        net = SmallCNN(in_channels=in_channels, grid=1 if embedding == "gap" else SmallCNN.grid)
+            raise ValueError(f"{name} has no pretrained weights; got pretrained={pretrained!r}")
+        grid = 1 if embedding == "gap" else SmallCNN.grid
+        norm = "group" if name == "small_cnn_gn" else "batch"
+        net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm)
         return net, net.out_features, in_channels
     if name == "vgg16_tiny":
         net, feat_dim = _vgg16_tiny(pretrained, embedding)

@@ -21,6 +21,7 @@ from bench.backbones import (
 DIMS = 8
 FEAT_DIMS = {
     "small_cnn": 1024,
+    "small_cnn_gn": 1024,
     "googlenet": 1024,
     "resnet18": 512,
     "resnet50": 2048,
@@ -55,13 +56,17 @@ def test_small_cnn_shapes() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["small_cnn", "resnet18", "googlenet", "alexnet", "vgg16_tiny", "resnet18_tiny"]
+    "name",
+    [
+        *("small_cnn", "small_cnn_gn", "resnet18", "googlenet"),
+        *("alexnet", "vgg16_tiny", "resnet18_tiny"),
+    ],
 )
 @pytest.mark.parametrize("train", [True, False])
 def test_forward_shapes(name: str, train: bool) -> None:
     model = _model(name).train(train)
     inputs = [torch.randn(2, 1, 8, 8)]
-    if name != "small_cnn":
+    if not name.startswith("small_cnn"):
         inputs.append(_three_channel_input(name))
     for x in inputs:
         out = model(x)
@@ -320,6 +325,7 @@ def test_tiny_resnet_imagenet_weights_kept(monkeypatch, name: str) -> None:
 # The module whose output is the last conv feature map, in a model built with embedding="gap".
 LAST_MAP = {
     "small_cnn": lambda b: b.body[-3],
+    "small_cnn_gn": lambda b: b.body[-3],
     "googlenet": lambda b: b.inception5b,
     "resnet18": lambda b: b.layer4,
     "resnet50": lambda b: b.layer4,
@@ -346,6 +352,24 @@ def test_gap_embedding_is_mean_of_last_map(name: str) -> None:
         assert out.shape == (2, GAP_DIMS[name])
         torch.testing.assert_close(out, maps.pop().mean(dim=(-2, -1)))
     handle.remove()
+
+
+def test_small_cnn_gn_normalises_each_image_by_itself() -> None:
+    # GroupNorm in place of every BatchNorm: no running statistics, so an image embeds the same
+    # in train and eval mode, alone or in any batch, before and after training.
+    model = build_model("small_cnn_gn", DIMS)
+    norms = [m for m in model.modules() if isinstance(m, (nn.BatchNorm2d, nn.GroupNorm))]
+    assert len(norms) == 3 and all(isinstance(m, nn.GroupNorm) for m in norms)
+    assert [m.num_groups for m in norms] == [4, 8, 8]  # 32, 64, 64 channels, 8 a group
+    x = torch.randn(5, 1, 8, 8)
+    with torch.no_grad():
+        batch = model.train()(x)
+        alone = model.eval()(x[:1])
+    torch.testing.assert_close(batch[:1], alone)
+    # small_cnn's BatchNorm, by contrast, normalises by the batch in train mode.
+    model = build_model("small_cnn", DIMS)
+    with torch.no_grad():
+        assert not torch.allclose(model.train()(x)[:1], model.eval()(x[:1]))
 
 
 def test_small_cnn_global_pool() -> None:
