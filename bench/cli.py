@@ -357,13 +357,16 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
 def report(results, out):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
-    from bench.report import write_report
+    from bench.report import indexed_files, remove_stale, write_report
 
+    previous = indexed_files(out)
     written, problems = write_report(results, out)
     for line in problems:
         click.echo(f"skipped {line}", err=True)
     for path in written:
         click.echo(str(path))
+    for path in remove_stale(out, previous, written):
+        click.echo(f"removed {path} (an earlier report's, not written now)")
 
 
 @main.command()

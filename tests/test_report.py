@@ -1,3 +1,6 @@
+import json
+import shutil
+
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -94,6 +97,37 @@ def test_report_command_names_skipped_folders(results, tmp_path):
     )
     assert out.exit_code == 0
     assert "skipped corrupt" in out.output and "skipped half: unfinished" in out.output
+
+
+def test_report_removes_what_an_earlier_report_wrote_and_this_one_did_not(results, tmp_path):
+    out = tmp_path / "rep"
+    fake_run(results, "cars", "nngk", 64, 0, 0.5)
+    atomic_write_json(
+        results / "cars" / "metrics.json",
+        {**json.loads((results / "cars" / "metrics.json").read_text()), "dataset": "cars196"},
+    )
+    report = ["report", "--results", str(results), "--out", str(out)]
+    assert CliRunner().invoke(main, report).exit_code == 0
+    assert (out / "cars196.md").is_file() and (out / "digits.md").is_file()
+    (out / "notes.txt").write_text("mine")  # never written by a report: left alone
+    shutil.rmtree(results / "cars")
+    again = CliRunner().invoke(main, report)
+    assert again.exit_code == 0
+    assert f"removed {out / 'cars196.md'}" in again.output
+    names = {p.name for p in out.iterdir()}
+    assert not any(n.startswith("cars196") for n in names)
+    assert {"digits.md", "notes.txt", "README.md"} <= names
+    assert "cars196" not in (out / "README.md").read_text()
+
+
+def test_a_readme_that_is_not_a_report_removes_nothing(results, tmp_path):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "README.md").write_text("# My notes\n\n[keep](keep.md)\n")
+    (out / "keep.md").write_text("mine")
+    out_text = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(out)])
+    assert out_text.exit_code == 0 and "removed" not in out_text.output
+    assert (out / "keep.md").read_text() == "mine"
 
 
 def test_report_with_no_runs(tmp_path):
