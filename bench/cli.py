@@ -583,14 +583,19 @@ def features(
 )
 @click.option("--dims", default="8,16,32,64", show_default=True, help="Projection sizes.")
 @click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
-@click.option("--pairs", type=int, default=None, help="nml, linear-ml: training pairs.")
+@click.option("--pairs", type=POSITIVE, default=None, help="nml, linear-ml: training pairs.")
 @click.option(
     "--iterations",
-    type=int,
+    type=POSITIVE,
     default=None,
     help="nml, linear-ml: SGD iterations (pairs visited).",
 )
-@click.option("--lr", type=float, default=None, help="nml, linear-ml: learning rate.")
+@click.option(
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="nml, linear-ml: learning rate.",
+)
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )

@@ -277,6 +277,13 @@ def test_linear_command_errors_write_nothing(tmp_path) -> None:
         main, ["linear", "--method", "pca", "--dims", "65", "--results", results]
     )
     assert out.exit_code != 0 and "exceeds the 64 feature dimensions" in out.output
+    for option, value, message in [
+        ("--pairs", "0", "0 is not in the range x>=1"),
+        ("--lr", "0", "0.0 is not in the range x>0"),
+    ]:
+        out = CliRunner().invoke(main, ["linear", option, value, "--results", results])
+        assert out.exit_code != 0
+        assert out.output.strip() == f"Error: Invalid value for '{option}': {message}."
     assert not results.exists()
 
 
