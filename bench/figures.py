@@ -184,26 +184,41 @@ def mprec_curves(df: pd.DataFrame) -> bytes:
         return _png(fig)
 
 
+RAW_INPUTS = "untrained (raw inputs)"
+
+
 def metrics_vs_dims(
-    df: pd.DataFrame, metrics: Sequence[str], baselines: Mapping[str, float] | None = None
+    df: pd.DataFrame,
+    metrics: Sequence[str],
+    baselines: Mapping[str, float] | None = None,
+    panel: str | None = None,
 ) -> bytes:
     """A panel per metric against embedding size, a line per method (mean and sd over the
-    rows of a method and size), one legend for all; a dashed line at each given baseline."""
-    _require(df, ["method", "dims", *metrics])
+    rows of a method and size), one legend for all; a dashed line at each given baseline.
+    With `panel`, a row of such panels per value of that column (e.g. a backbone and
+    validation split), so that the lines of one panel stay few enough to read."""
+    _require(df, ["method", "dims", *metrics, *([panel] if panel else [])])
     order = sorted(df["method"].unique())
+    groups = list(df.groupby(panel, sort=True)) if panel else [("", df)]
     with _style():
-        fig, axes = _subplots(len(metrics))
-        for ax, metric in zip(axes, metrics, strict=True):
-            _lines(ax, df, "dims", metric, "method", order)
-            baseline = (baselines or {}).get(metric)
-            if baseline is not None and not pd.isna(baseline):
-                ax.axhline(baseline, color="gray", linestyle="--", label="untrained (raw inputs)")
-            _log2_axis(ax, df["dims"].unique())
-            ax.set(ylabel=_label(metric), title=f"{_label(metric)} against embedding size")
-            if ax.get_legend() is not None:
-                ax.get_legend().remove()
-        handles, labels = axes[0].get_legend_handles_labels()
-        fig.legend(handles, labels, loc="outside right upper", fontsize=7)
+        fig, axes = _subplots(len(metrics) * len(groups), per_row=len(metrics))
+        for i, (value, part) in enumerate(groups):
+            row = axes[i * len(metrics) : (i + 1) * len(metrics)]
+            for ax, metric in zip(row, metrics, strict=True):
+                _lines(ax, part, "dims", metric, "method", order)
+                baseline = (baselines or {}).get(metric)
+                if baseline is not None and not pd.isna(baseline):
+                    ax.axhline(baseline, color="gray", linestyle="--", label=RAW_INPUTS)
+                _log2_axis(ax, df["dims"].unique())
+                title = f"{_label(metric)} against embedding size"
+                ax.set(ylabel=_label(metric), title=f"{title}\n{value}" if value else title)
+                if ax.get_legend() is not None:
+                    ax.get_legend().remove()
+        legend = {}
+        for ax in axes:
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
+        fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
         return _png(fig)
 
 

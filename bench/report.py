@@ -349,9 +349,17 @@ def dims_figure(part: pd.DataFrame) -> bytes:
     """R@1 and NMI against embedding size, a line per method, the raw inputs dashed
     (seed 000 Fig. 2a/b)."""
     trained, baseline = _trained(part), part[part["loss"] == BASELINE_LOSS]
-    data = (trained if len(trained) else part).assign(method=lambda d: d["name"])
+    data = trained if len(trained) else part
     lines = {k: baseline[k].mean() for k in ("recall@1", "nmi")} if len(trained) else {}
-    return figures.metrics_vs_dims(data, ["recall@1", "nmi"], lines)
+    # Settings that vary (backbone, validation split, ...) get a row of panels each.
+    variant = [
+        n.removeprefix(m).removeprefix(", ")
+        for n, m in zip(data["name"], data["method"], strict=True)
+    ]
+    if len(set(variant)) > 1:
+        data = data.assign(variant=variant)
+        return figures.metrics_vs_dims(data, ["recall@1", "nmi"], lines, panel="variant")
+    return figures.metrics_vs_dims(data.assign(method=data["name"]), ["recall@1", "nmi"], lines)
 
 
 def embedding_files(part: pd.DataFrame, table: str) -> Files:

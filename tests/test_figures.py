@@ -276,3 +276,21 @@ def test_tsne_2d_clips_the_perplexity_for_tiny_inputs():
 def test_joint_tsne_figure_needs_a_row_per_point():
     with pytest.raises(ValueError, match="one row per"):
         figures.joint_tsne_figure(np.zeros((5, 2)), np.zeros(3), np.zeros(3))
+
+
+def test_metrics_vs_dims_draws_a_row_of_panels_per_variant(monkeypatch):
+    drawn = []
+    monkeypatch.setattr(figures, "_png", lambda fig: drawn.append(fig) or PNG)
+    one = runs()
+    two = pd.concat([one.assign(variant="BatchNorm"), one.assign(variant="GroupNorm")])
+    figures.metrics_vs_dims(one, ["recall@1", "nmi"], {"nmi": 0.3})
+    figures.metrics_vs_dims(two, ["recall@1", "nmi"], {"nmi": 0.3}, panel="variant")
+    flat, rows = ([ax for ax in fig.axes if ax.get_visible()] for fig in drawn)
+    assert len(flat) == 2 and len(rows) == 4
+    assert [ax.get_title().splitlines()[-1] for ax in rows] == ["BatchNorm"] * 2 + ["GroupNorm"] * 2
+    # One legend for the figure: each method once, and the raw inputs once.
+    (legend,) = drawn[1].legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["nngk", "triplet", "untrained (raw inputs)"]
+    for fig in drawn:
+        plt.close(fig)
