@@ -52,6 +52,8 @@ SETTINGS = (
     "freeze_backbone",
     "train_per_class",
     "val_split",
+    "lr",
+    "epochs",
 )
 DEFAULTS = RunConfig()
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
@@ -157,6 +159,8 @@ def setting_text(column: str, value: object) -> str:
         "pretrained": lambda v: f"{v} weights",
         "param_learn_weights": lambda v: "learned weights" if v else "fixed weights",
         "val_split": lambda v: f"validated on held-out {v}",
+        "lr": lambda v: f"lr={_fmt(v)}",
+        "epochs": lambda v: f"{_fmt(v)} epochs",
     }
     if column in texts:
         return texts[column](value)

@@ -196,3 +196,15 @@ def test_protocol_tables_show_their_own_metrics(tmp_path):
     header = next(line for line in verification.splitlines() if line.startswith("| loss"))
     assert "seen acc." in header and "unseen FRR" in header and "Accuracy" not in header
     assert "| 60.00 " in verification and "| 95.00 " in verification
+
+
+def test_runs_differing_only_in_learning_rate_get_rows_of_their_own(tmp_path):
+    results = tmp_path / "results"
+    fake_run(results, "base", "untrained", 64, 0, 0.61)
+    for name, lr, value in [("a", 1e-3, 0.5), ("b", 0.0, 0.7)]:
+        fake_run(results, name, "nngk", 64, 0, value)
+        path = results / name / "metrics.json"
+        atomic_write_json(path, {**json.loads(path.read_text()), "lr": lr})
+    table = summarise(load_runs(results)[0])
+    rows = dict(zip(table["method"], table["map@r_mean"], strict=True))
+    assert rows["nngk, lr=0.001"] == pytest.approx(0.5) and rows["nngk, lr=0"] == pytest.approx(0.7)
