@@ -20,6 +20,7 @@ DEFAULT_RESULTS = Path("results")
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
 NON_NEGATIVE = click.FloatRange(min=0)
+POSITIVE_FLOAT = click.FloatRange(min=0, min_open=True)
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -115,9 +116,7 @@ def main() -> None:
 @click.option("--batch-size", type=click.IntRange(min=2), default=None)
 @click.option("--lr", type=NON_NEGATIVE, default=None)
 @click.option("--weight-decay", type=NON_NEGATIVE, default=None)
-@click.option(
-    "--sigma", type=click.FloatRange(min=0, min_open=True), default=None, help="NNGK kernel width."
-)
+@click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width.")
 @click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example.")
 @click.option(
     "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
@@ -592,7 +591,7 @@ def features(
 )
 @click.option(
     "--lr",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE_FLOAT,
     default=None,
     help="nml, linear-ml: learning rate.",
 )
