@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from bench.evaluate import search
+from bench.util.knn import search
 
 KNN_VOTES = 10
 

@@ -1,6 +1,6 @@
 """Seed 004 Eq. 2-3: a binary cross-entropy pair classifier on batch-normalised distances.
 
-For the balanced online pairs (`losses.pair_generator`), with D_n the Euclidean distance of the
+For the balanced online pairs (`miners.pair_generator`), with D_n the Euclidean distance of the
 two raw embeddings,
 
     a_n = w (D_n - mean(D)) / std(D) + b,
@@ -21,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from losses.base import BenchLoss
-from losses.pair_generator import balanced_pairs, pair_distances
 from losses.registry import register_loss
+from miners.pair_generator import balanced_pairs
 
 BN_EPS = 1e-5  # torch.nn.BatchNorm1d's default
 
@@ -50,3 +50,10 @@ class BCEPairLoss(BenchLoss):
             return embeddings.sum() * 0.0
         logits = self.weight * batch_normalise(pair_distances(embeddings, i, j)) + self.bias
         return F.binary_cross_entropy_with_logits(logits, same.to(logits.dtype)) / 2
+
+
+def pair_distances(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Euclidean distances ||x_i - x_j||, with a finite gradient for coincident embeddings."""
+    return (x[i] - x[j]).pow(2).sum(dim=1).clamp_min(1e-12).sqrt()
+
+

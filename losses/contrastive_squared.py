@@ -3,7 +3,7 @@
     L = 1/(2N) sum_n y_n D_n^2 + (1 - y_n) max(0, m - D_n)^2,   y_n = 1 for a similar pair,
 
 with D the Euclidean distance between the raw (not normalised) embeddings and N the number of
-pairs: those of the balanced generator (`losses.pair_generator`). The report gives no value for
+pairs: those of the balanced generator (`miners.pair_generator`). The report gives no value for
 m; the default 1.0 is the usual one for this form (it is a scale on raw embeddings).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from losses.base import BenchLoss
-from losses.pair_generator import balanced_pairs
 from losses.registry import register_loss
+from miners.pair_generator import balanced_pairs
 
 
 def contrastive_squared(

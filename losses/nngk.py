@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.evaluate import knn, search
+from bench.util.knn import knn, search
 from losses.base import BenchLoss
 from losses.registry import register_loss
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from bench.registry import Registry
+from bench.util.registry import Registry
 from losses.base import BenchLoss
 
 LOSSES = Registry("loss")

@@ -2,7 +2,7 @@
 
 `refresh` takes the embeddings of the whole training set, computes each class's mean and stores,
 for each class, its `closest` nearest other class means (Euclidean). Mining then forms the
-balanced online pairs of `losses.pair_generator`, drawing each anchor's negatives from the
+balanced online pairs of `miners.pair_generator`, drawing each anchor's negatives from the
 batch examples whose class is among the closest classes of the anchor's class; when the batch
 holds none of them, or before the first refresh, any negative of the batch will do.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from pytorch_metric_learning.miners import BaseMiner
 
+from miners.pair_generator import balanced_pairs
 from miners.registry import register_miner
 
 
@@ -62,10 +63,6 @@ class CentroidHardNegativeMiner(BaseMiner):
         return hard & (labels < len(table)).unsqueeze(1)
 
     def mine(self, embeddings, labels, ref_emb=None, ref_labels=None):
-        # Imported here: the losses package imports miners, so importing it at the top of a
-        # miners module would be circular.
-        from losses.pair_generator import balanced_pairs
-
         i, j, same = balanced_pairs(labels, self.pairs_per_anchor, self.hard_negatives(labels))
         return i[same], j[same], i[~same], j[~same]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from bench.registry import Registry
+from bench.util.registry import Registry
 
 MINERS = Registry("miner")
 register_miner = MINERS.register

@@ -7,7 +7,7 @@ import torchvision
 from torch import nn
 from torchvision.models._api import WeightsEnum
 
-from bench.backbones import (
+from bench.models.backbones import (
     BACKBONES,
     GAP_DIMS,
     MIN_SIZES,

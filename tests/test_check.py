@@ -3,8 +3,8 @@ import json
 import pandas as pd
 from click.testing import CliRunner
 
-from bench import store
 from bench.cli import main
+from bench.util.atomic import atomic_write_json
 from tests.test_report import fake_run
 
 
@@ -63,7 +63,7 @@ def test_variants_of_a_loss_are_checked_apart(tmp_path):
     results = make_results(tmp_path)
     fake_run(results, "v", "nngk", 64, 0, 0.20)
     metrics = json.loads((results / "v" / "metrics.json").read_text())
-    store.atomic_write_json(results / "v" / "metrics.json", {**metrics, "val_split": "classes"})
+    atomic_write_json(results / "v" / "metrics.json", {**metrics, "val_split": "classes"})
     baseline = tmp_path / "baseline.csv"
     check("--baseline", baseline, "--results", results, "--update")
     table = pd.read_csv(baseline)

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.evaluate import METRIC_KEYS, evaluate
+from bench.evaluation.metrics import METRIC_KEYS, evaluate
 
 FAST = ["--dataset", "digits", "--epochs", "2", "--dims", "16"]
 

@@ -1,6 +1,8 @@
 import pytest
 
-from bench.config import RunConfig, make_configs, safe_name, sigma_for_dims
+from bench.runs.config import RunConfig
+from bench.train.presets import make_configs, sigma_for_dims
+from bench.util.names import safe_name
 
 
 def test_metric_preset_is_seed_000_section_3_1():

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 import torch
 
-from bench import store
-from bench.data import load_dataset, random_shift
-from bench.protocols import carve_validation
+from bench.data.datasets import load_dataset, random_shift
+from bench.data.splits import carve_validation
+from bench.runs import store
+from bench.util import atomic
+from bench.util.atomic import atomic_write_json
 
 
 def test_digits_protocol_splits_classes_and_carves_validation_from_train():
@@ -53,25 +55,25 @@ def test_unknown_dataset_lists_the_known_ones():
 
 def test_atomic_writes_leave_no_partial_file(tmp_path, monkeypatch):
     path = tmp_path / "run" / "metrics.json"
-    store.atomic_write_json(path, {"a": 1})
+    atomic_write_json(path, {"a": 1})
     assert json.loads(path.read_text()) == {"a": 1}
 
     def boom(*_):
         raise OSError("disk full")
 
-    monkeypatch.setattr(store.os, "fsync", boom)
+    monkeypatch.setattr(atomic.os, "fsync", boom)
     with pytest.raises(OSError):
-        store.atomic_write_json(path, {"a": 2})
+        atomic_write_json(path, {"a": 2})
     assert json.loads(path.read_text()) == {"a": 1}
     assert [p.name for p in path.parent.iterdir()] == ["metrics.json"]
 
 
 def test_a_run_is_finished_only_with_metrics(tmp_path):
     run = tmp_path / "r"
-    store.atomic_write_json(run / "config.json", {})
+    atomic_write_json(run / "config.json", {})
     assert not store.is_finished(run)
     runs, problems = store.scan_runs(tmp_path)
     assert runs == [] and problems == ["r: unfinished (no metrics.json)"]
-    store.atomic_write_json(run / "metrics.json", {"map@r": 0.5})
+    atomic_write_json(run / "metrics.json", {"map@r": 0.5})
     assert store.is_finished(run)
     assert store.scan_runs(tmp_path)[0][0][1] == {"map@r": 0.5}

@@ -4,7 +4,10 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from sklearn.datasets import load_digits
 from sklearn.metrics import normalized_mutual_info_score
 
-from bench.evaluate import evaluate, knn, map_at_r, nmi, recall_at_k, search
+from bench.evaluation.clustering import nmi
+from bench.evaluation.metrics import evaluate
+from bench.evaluation.retrieval import map_at_r, recall_at_k
+from bench.util.knn import knn, search
 
 # Five points on a line: labels a a b b a.
 LINE = np.array([[0.0], [1.0], [3.0], [3.5], [10.0]], dtype=np.float32)

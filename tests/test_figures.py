@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import precision_recall_curve
 
-from bench import figures
-from bench.evaluate import knn
+from bench.report import figures
+from bench.util.knn import knn
 
 PNG = b"\x89PNG"
 

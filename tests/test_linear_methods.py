@@ -10,14 +10,22 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from bench.classic.linear_ml import (
+    LinearML,
+    hinge_loss,
+    linear_distances,
+    linear_gradient,
+    sample_pairs,
+)
+from bench.classic.lmnn import lmnn_loss, lmnn_loss_and_gradient, target_neighbours
+from bench.classic.methods import METHODS, method_defaults, run_linear_method
+from bench.classic.nml import NML, chi2_kernel, chi2_kernel_grad, nml_distances, nml_gradient
+from bench.classic.projections import PCAProjection
 from bench.cli import main
-from bench.evaluate import METRIC_KEYS, evaluate, mprec_at_k
-from bench.features import FeatureSplits, load_features
-from bench.linear_methods import METHODS, method_defaults, run_linear_method
-from bench.linear_ml import LinearML, hinge_loss, linear_distances, linear_gradient, sample_pairs
-from bench.lmnn import lmnn_loss, lmnn_loss_and_gradient, target_neighbours
-from bench.nml import NML, chi2_kernel, chi2_kernel_grad, nml_distances, nml_gradient
-from bench.projections import PCAProjection
+from bench.data.feature_files import FeatureSplits
+from bench.data.features import load_features
+from bench.evaluation.metrics import METRIC_KEYS, evaluate
+from bench.evaluation.retrieval import mprec_at_k
 
 F64 = torch.float64  # the gradient checks compare to 1e-7
 

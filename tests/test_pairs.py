@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score
 
-from bench.pairs import (
+from bench.evaluation.pairs import (
     best_and_worst,
     choose_threshold,
     distance_distributions,

@@ -5,16 +5,16 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import bench.images as images
+import bench.data.images as images
 from bench.cli import main
-from bench.data import boxes_for, image_splits, read_table
-from bench.images import CachedImages, build_cache, eval_transform, load_image, train_transform
-from bench.protocols import make_splits
-from bench.sources.cars196 import read_cars196
-from bench.sources.cub import read_cub
-from bench.sources.flowers102 import read_flowers102
-from bench.sources.leafsnap import read_leafsnap
-from bench.sources.tinyimagenet import read_tinyimagenet
+from bench.data.datasets import boxes_for, image_splits, read_table
+from bench.data.images import CachedImages, build_cache, eval_transform, load_image, train_transform
+from bench.data.sources.cars196 import read_cars196
+from bench.data.sources.cub import read_cub
+from bench.data.sources.flowers102 import read_flowers102
+from bench.data.sources.leafsnap import read_leafsnap
+from bench.data.sources.tinyimagenet import read_tinyimagenet
+from bench.data.splits import make_splits
 from tests.fixtures.cars196 import make_cars196
 from tests.fixtures.cub import make_cub
 from tests.fixtures.flowers102 import make_flowers102
@@ -291,8 +291,8 @@ def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, m
 
 
 def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
-    from bench.config import RunConfig
-    from bench.trainer import Trainer
+    from bench.runs.config import RunConfig
+    from bench.train.trainer import Trainer
 
     cfg = RunConfig(
         protocol="classify",
@@ -328,7 +328,7 @@ def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
 
 
 def test_training_examples_per_class_sweep_limits_only_the_training_split():
-    from bench.data import load_dataset
+    from bench.data.datasets import load_dataset
 
     full = load_dataset("digits", "classify", 0.2)
     few = load_dataset("digits", "classify", 0.2, train_per_class=5)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from bench.reference import COLUMNS, load_reference, reference_rows
+from bench.report.reference import COLUMNS, load_reference, reference_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 S000 = "000_4c3e1a976edf4b04.txt"
@@ -52,7 +52,7 @@ def _registered(folder: str, decorator: str) -> set[str]:
 
 
 def test_harness_names(ref):
-    backbones = ast.parse((ROOT / "bench" / "backbones.py").read_text())
+    backbones = ast.parse((ROOT / "bench" / "models" / "backbones.py").read_text())
     names = next(
         ast.literal_eval(node.value)
         for node in backbones.body

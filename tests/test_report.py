@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.report import load_runs, summarise, write_report
-from bench.store import atomic_write_json
+from bench.report.tables import load_runs, summarise, write_report
+from bench.util.atomic import atomic_write_json
 
 KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")
 

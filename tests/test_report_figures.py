@@ -8,11 +8,13 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from bench import report, store
 from bench.cli import main
-from bench.pairs import pair_distances
-from bench.report import load_runs, write_report
-from bench.scoring import pairs_of
+from bench.evaluation.pair_scoring import pairs_of
+from bench.evaluation.pairs import pair_distances
+from bench.report import tables as report
+from bench.report.tables import load_runs, write_report
+from bench.runs import store
+from bench.util.atomic import atomic_write_json, atomic_write_text
 from tests.test_report_tables import make_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -37,9 +39,9 @@ def pairs_results(tmp_path_factory):
     shutil.copytree(nngk, copy)
     metrics = store.read_metrics(copy)
     metrics.update(loss="contrastive", loss_params={"pos_margin": 0.0, "neg_margin": 0.5})
-    store.atomic_write_json(copy / store.METRICS, metrics)
+    atomic_write_json(copy / store.METRICS, metrics)
     history = pd.read_csv(copy / store.HISTORY).filter(regex="^(?!mean_)")
-    store.atomic_write_text(copy / store.HISTORY, history.to_csv(index=False))
+    atomic_write_text(copy / store.HISTORY, history.to_csv(index=False))
     return results
 
 

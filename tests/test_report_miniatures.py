@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.pairs import best_and_worst
-from bench.report import write_report
+from bench.evaluation.pairs import best_and_worst
+from bench.report.tables import write_report
 from tests.fixtures.cub import make_cub
 from tests.fixtures.tinyimagenet import make_tinyimagenet
 from tests.test_protocols import FAST

@@ -5,9 +5,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench import store
-from bench.evaluate import knn
-from bench.report import load_runs, variant_labels, write_report
+from bench.report.tables import load_runs, variant_labels, write_report
+from bench.runs import store
+from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
+from bench.util.knn import knn
 
 KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")
 
@@ -19,13 +20,13 @@ def make_run(results, name, config=None, history=None, arrays=None, tables=None,
     values = {k: 0.5 for k in KEYS}
     values.update(dataset="digits", protocol="metric", miner=None, dims=16, seed=0)
     values.update(metrics)
-    store.atomic_write_json(run_dir / store.CONFIG, config or {})
+    atomic_write_json(run_dir / store.CONFIG, config or {})
     for file_name, (emb, labels) in (arrays or {}).items():
-        store.atomic_save_npz(run_dir / file_name, embeddings=emb, labels=labels)
+        atomic_save_npz(run_dir / file_name, embeddings=emb, labels=labels)
     for file_name, frame in {**(tables or {}), store.HISTORY: history}.items():
         if frame is not None:
-            store.atomic_write_text(run_dir / file_name, frame.to_csv(index=False))
-    store.atomic_write_json(run_dir / store.METRICS, values)
+            atomic_write_text(run_dir / file_name, frame.to_csv(index=False))
+    atomic_write_json(run_dir / store.METRICS, values)
     return run_dir
 
 

@@ -7,8 +7,8 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.config import DIGITS, make_configs
-from bench.evaluate import METRIC_KEYS, evaluate
+from bench.evaluation.metrics import METRIC_KEYS, evaluate
+from bench.train.presets import DIGITS, make_configs
 
 
 def test_seed003_preset_is_the_papers_setting():

@@ -19,10 +19,10 @@ import losses.contrastive_centroid  # noqa: F401
 import losses.contrastive_squared  # noqa: F401
 import losses.triplet_nca  # noqa: F401
 import miners.centroid_hard_negative  # noqa: F401  (registers the miner)
-from losses.pair_generator import balanced_pairs
 from losses.registry import build_loss, loss_defaults
 from miners import build_miner
 from miners.centroid_hard_negative import CentroidHardNegativeMiner, closest_classes
+from miners.pair_generator import balanced_pairs
 from tests.test_losses import rows, unit_rows
 
 F64 = torch.float64

@@ -7,8 +7,8 @@ import pytest
 import scipy.io
 from PIL import Image
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.cars196 import read_cars196
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.cars196 import read_cars196
 from tests.fixtures.cars196 import class_names, make_cars196, specimens, struct_array, write_mat
 
 URL = "https://ai.stanford.edu/~jkrause/cars/car_dataset.html"

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.cub import read_cub
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.cub import read_cub
 from tests.fixtures.cars196 import specimens
 from tests.fixtures.cub import class_folder, cub_box, make_cub
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from scipy.io import loadmat, savemat
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.flowers102 import SOURCE, read_flowers102
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.flowers102 import SOURCE, read_flowers102
 from tests.fixtures.flowers102 import make_flowers102
 
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.folder import read_folder
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.folder import read_folder
 from tests.fixtures.folder import class_image, class_names, make_folder
 
 

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.leafsnap import INDEX, SOURCE, read_leafsnap
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.leafsnap import INDEX, SOURCE, read_leafsnap
 from tests.fixtures.leafsnap import make_leafsnap, species_names
 
 

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.sources.base import COLUMNS, DatasetError
-from bench.sources.tinyimagenet import SOURCE, read_tinyimagenet
+from bench.data.sources.base import COLUMNS, DatasetError
+from bench.data.sources.tinyimagenet import SOURCE, read_tinyimagenet
 from tests.fixtures.tinyimagenet import make_tinyimagenet
 
 

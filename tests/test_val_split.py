@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.config import NOT_HASHED, RunConfig
-from bench.data import load_dataset
-from bench.protocols import carve_validation
+from bench.data.datasets import load_dataset
+from bench.data.splits import carve_validation
+from bench.runs.config import NOT_HASHED, RunConfig
 
 
 def test_whole_last_classes_are_held_out():

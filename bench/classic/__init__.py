@@ -1,0 +1,1 @@
+"""Seed 002's classic methods on feature vectors: NML, linear metric learning, PCA, NCA, LMNN."""

@@ -1,0 +1,173 @@
+"""Seed 002's methods on feature vectors, by name, and the runner that evaluates one of them
+into a run folder like the deep runs' (config.json, test_embeddings.npz, mprec.csv and
+metrics.json, written last)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import fields
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from bench.classic.linear_ml import LinearML
+from bench.classic.lmnn import LMNN
+from bench.classic.nml import NML
+from bench.classic.projections import NCAProjection, NoProjection, PCAProjection
+from bench.data.feature_files import FeatureSplits
+from bench.data.features import load_features
+from bench.data.names import FEATURES_PREFIX
+from bench.evaluation.metrics import evaluate
+from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
+from bench.runs import store
+from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
+from bench.util.names import safe_name
+from bench.util.runtime import package_versions
+
+METHODS: dict[str, type] = {
+    "nml": NML,
+    "linear-ml": LinearML,
+    "pca": PCAProjection,
+    "nca": NCAProjection,
+    "lmnn": LMNN,
+    "no-projection": NoProjection,
+}
+MPREC = "mprec.csv"
+NOT_PARAMS = ("dims", "seed")
+
+
+def check_method(name: str) -> None:
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; expected one of: {', '.join(METHODS)}")
+
+
+def method_defaults(name: str) -> dict[str, Any]:
+    """A method's parameters (beyond dims and seed) with their defaults."""
+    check_method(name)
+    return {f.name: f.default for f in fields(METHODS[name]) if f.name not in NOT_PARAMS}
+
+
+def build_method(name: str, dims: int, seed: int = 0, **params: Any):
+    defaults = method_defaults(name)
+    unknown = sorted(set(params) - set(defaults))
+    if unknown:
+        takes = ", ".join(defaults) or "no parameters"
+        raise ValueError(f"method {name!r} does not take {', '.join(unknown)}; it takes: {takes}")
+    return METHODS[name](dims=dims, seed=seed, **params)
+
+
+def run_record(
+    dataset: str, protocol: str, method: str, params: dict, dims: int, seed: int
+) -> tuple[str, dict]:
+    """(run id, the fields that determine the run): dataset-[protocol-]linear-method-d-s-hash;
+    `protocol` is the digits split, "file" for a features file (which carries its own)."""
+    record = {
+        "dataset": dataset,
+        "data_protocol": protocol,
+        "method": method,
+        "params": params,
+        "dims": dims,
+        "seed": seed,
+    }
+    digest = hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
+    split = "" if protocol in ("metric", "file") else f"{protocol}-"
+    return f"{safe_name(dataset)}-{split}linear-{method}-d{dims}-s{seed}-{digest}", record
+
+
+def mprec_metrics(curve: np.ndarray) -> dict[str, float | None]:
+    """mprec@1, @10, @50 (None where the test set has too few items for K neighbours)."""
+    return {f"mprec@{k}": float(curve[k - 1]) if k <= len(curve) else None for k in MPREC_KS}
+
+
+def run_linear_method(
+    method: str,
+    dataset: str = "digits",
+    dims: int = 8,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    results: Path = Path("results"),
+    force: bool = False,
+    protocol: str = "metric",
+    features: FeatureSplits | None = None,
+) -> Path:
+    """Fit `method` on the training and validation features (seed 002 trains on train+val),
+    embed the test features and evaluate them: the run folder. A finished run is skipped
+    unless `force`. `protocol` is the digits split (a features file carries its own);
+    `features` saves loading them again for every run."""
+    if features is None:
+        features = load_features(dataset, protocol=protocol)
+    if dataset.startswith(FEATURES_PREFIX):
+        protocol = "file"
+    if method == "no-projection":
+        dims = features.dims
+    if dims > features.dims:
+        raise ValueError(f"{method}: dims={dims} exceeds the {features.dims} feature dimensions")
+    resolved = {**method_defaults(method), **(params or {})}
+    model = build_method(method, dims, seed, **resolved)
+    run_id, record = run_record(dataset, protocol, method, resolved, dims, seed)
+    run_dir = Path(results) / run_id
+    if store.is_finished(run_dir) and not force:
+        return run_dir
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    x, y = features.train_val()
+    start = time.perf_counter()
+    model.fit(x, y)  # first: a method that rejects the features leaves no folder behind
+    fit_seconds = time.perf_counter() - start
+    config = {
+        **record,
+        "protocol": "linear",
+        "run_id": run_id,
+        "feature_dims": features.dims,
+        "fit_size": len(y),
+        "test_size": len(features.test_labels),
+        "versions": {**package_versions(), "scikit-learn": version("scikit-learn")},
+    }
+    atomic_write_json(run_dir / store.CONFIG, config)
+    emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
+    atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+    curve = mprec_at_k(emb, labels)
+    table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})
+    atomic_write_text(run_dir / MPREC, table.to_csv(index=False))
+    metrics = {
+        **evaluate(emb, labels, seed=seed),
+        **mprec_metrics(curve),
+        "dataset": dataset,
+        "protocol": "linear",
+        "data_protocol": protocol,
+        "loss": method,
+        "miner": None,
+        "dims": dims,
+        "seed": seed,
+        "fit_seconds": fit_seconds,
+    }
+    atomic_write_json(run_dir / store.METRICS, metrics)
+    return run_dir
+
+
+def linear_runs(
+    methods: list[str], dims: tuple[int, ...], seeds: tuple[int, ...], given: dict[str, Any]
+) -> list[tuple[str, int, int, dict[str, Any]]]:
+    """(method, dims, seed, params) of every run of a `linear` command, checked before any
+    runs: unknown methods, and options no chosen method takes, are one-line errors.
+    no-projection has one size (the features'), so one run per seed."""
+    for name in methods:
+        check_method(name)
+    given = {key: value for key, value in given.items() if value is not None}
+    for key in given:
+        takers = [name for name in methods if key in method_defaults(name)]
+        if not takers:
+            applies = [name for name in METHODS if key in method_defaults(name)]
+            raise ValueError(f"--{key} applies to {', '.join(applies)} only")
+    plan = []
+    for name in dict.fromkeys(methods):
+        params = {k: v for k, v in given.items() if k in method_defaults(name)}
+        sizes = (0,) if name == "no-projection" else dims
+        plan += [(name, d, s, params) for d in sizes for s in seeds]
+    return plan

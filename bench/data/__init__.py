@@ -1,0 +1,3 @@
+"""Data: the official layouts' readers (sources/), the image cache, protocol splits, feature files,
+data sets.
+"""

@@ -1,0 +1,243 @@
+"""Data sets as train / validation / test splits of (image, label, index) items."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.datasets import load_digits
+from torch.utils.data import Dataset
+
+from bench.data.feature_files import load_feature_file
+from bench.data.images import CachedImages, build_cache, eval_transform, train_transform
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
+from bench.data.sources.cars196 import read_cars196
+from bench.data.sources.cub import read_cub
+from bench.data.sources.flowers102 import read_flowers102
+from bench.data.sources.folder import read_folder
+from bench.data.sources.leafsnap import read_leafsnap
+from bench.data.sources.tinyimagenet import read_tinyimagenet
+from bench.data.splits import carve_validation, limit_per_class, make_splits
+
+READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
+    "cars196": read_cars196,
+    "cub": read_cub,
+    "tinyimagenet": read_tinyimagenet,
+    "flowers102": read_flowers102,
+    "leafsnap": read_leafsnap,
+}
+
+
+class TensorImages(Dataset):
+    """Images already in memory; items are (image, label, index in this split)."""
+
+    def __init__(self, images: torch.Tensor, labels: np.ndarray, shift: int = 0):
+        self.images = images
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.shift = shift
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int):
+        image = self.images[i]
+        if self.shift:
+            image = random_shift(image, self.shift)
+        return image, int(self.labels[i]), i
+
+    def inputs(self) -> np.ndarray:
+        """The raw inputs, flattened: the untrained baseline's embedding."""
+        return self.images.reshape(len(self.images), -1).numpy()
+
+
+def random_shift(image: torch.Tensor, shift: int) -> torch.Tensor:
+    """Translate by up to `shift` pixels each way, zero-filled (the small-image random crop)."""
+    h, w = image.shape[-2:]
+    padded = torch.nn.functional.pad(image, (shift, shift, shift, shift))
+    dy, dx = torch.randint(0, 2 * shift + 1, (2,)).tolist()
+    return padded[..., dy : dy + h, dx : dx + w]
+
+
+@dataclass
+class DataSplits:
+    name: str
+    train: Dataset  # training transform (augmentation, if any)
+    train_eval: Dataset  # the same items with the deterministic evaluation transform
+    val: Dataset
+    test: Dataset
+    in_channels: int
+    num_train_classes: int
+    unseen: Dataset | None = None  # pairs protocol: test images of the unseen classes
+    class_names: tuple[str, ...] = ()
+
+
+def contiguous(labels: np.ndarray) -> np.ndarray:
+    """Labels renumbered 0..C-1 in sorted order of the original class ids."""
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
+
+
+def digits(
+    protocol: str = "metric",
+    val_fraction: float = 0.2,
+    train_per_class: int = 0,
+    val_split: str = "images",
+    **_,
+) -> DataSplits:
+    """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test."""
+    data = load_digits()
+    images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
+    labels = data.target.astype(np.int64)
+    table = pd.DataFrame({"label": labels, "split": ""})
+    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
+
+    def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
+        return TensorImages(images[rows], labels[rows], shift=shift)
+
+    return DataSplits(
+        name="digits",
+        train=part(splits.train, shift=1),
+        train_eval=part(splits.train),
+        val=part(splits.val),
+        test=part(splits.test),
+        in_channels=1,
+        num_train_classes=len(np.unique(labels[splits.train])),
+        unseen=part(splits.unseen) if len(splits.unseen) else None,
+        class_names=tuple(str(c) for c in range(10)),
+    )
+
+
+def default_data_root() -> Path:
+    return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
+
+
+def cache_dir_for(root: Path) -> Path:
+    """$NNGK_CACHE, else `.nngk-cache` beside the data, else the user's cache folder."""
+    if os.environ.get("NNGK_CACHE"):
+        return Path(os.environ["NNGK_CACHE"])
+    beside = Path(root) / ".nngk-cache"
+    if os.access(root, os.W_OK) or os.access(beside, os.W_OK):
+        return beside
+    return Path.home() / ".cache" / "nngk-bench"
+
+
+def read_table(name: str, data_root: Path) -> tuple[pd.DataFrame, Path]:
+    """The image table of a data set and the folder it was read from."""
+    if name.startswith(FOLDER_PREFIX):
+        root = Path(name[len(FOLDER_PREFIX) :]).expanduser()
+        return read_folder(root), root
+    return READERS[name](Path(data_root)), Path(data_root)
+
+
+def image_splits(
+    name: str,
+    protocol: str = "metric",
+    val_fraction: float = 0.2,
+    data_root: Path | None = None,
+    resize: int = 256,
+    crop: int = 224,
+    pad: int = 0,
+    train_per_class: int = 0,
+    val_split: str = "images",
+) -> DataSplits:
+    """An image data set under a protocol: decoded once into the cache, then transformed."""
+    table, root = read_table(name, data_root or default_data_root())
+    if "source" in table and protocol == "classify":  # Leafsnap: the field images only
+        table = table[table["source"] == "field"].reset_index(drop=True)
+    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
+    cache = build_cache(
+        table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
+    )
+    labels = contiguous(table["label"].to_numpy())
+    train_tf, eval_tf = train_transform(crop, pad=pad), eval_transform(crop)
+
+    def part(rows: np.ndarray, transform) -> CachedImages:
+        return CachedImages(cache, rows, labels[rows], transform)
+
+    names = table.drop_duplicates("label").sort_values("label")["class_name"]
+    return DataSplits(
+        name=name,
+        train=part(splits.train, train_tf),
+        train_eval=part(splits.train, eval_tf),
+        val=part(splits.val, eval_tf),
+        test=part(splits.test, eval_tf),
+        in_channels=3,
+        num_train_classes=len(np.unique(labels[splits.train])),
+        unseen=part(splits.unseen, eval_tf) if len(splits.unseen) else None,
+        class_names=tuple(names.astype(str)),
+    )
+
+
+def train_classes_first(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
+    """Labels renumbered so that the training classes are 0..C-1 (what a classifier head needs)
+    and any other class follows; the same class keeps the same number in every split."""
+    seen = np.unique(train)
+    rest = np.setdiff1d(np.unique(np.concatenate([train, *others])), seen)
+    lookup = {c: i for i, c in enumerate(np.concatenate([seen, rest]).tolist())}
+    return [
+        np.array([lookup[c] for c in part.tolist()], dtype=np.int64) for part in (train, *others)
+    ]
+
+
+def feature_splits(
+    name: str, val_fraction: float = 0.2, train_per_class: int = 0, val_split: str = "images"
+) -> DataSplits:
+    """Cached feature vectors (`features:PATH.npz`) as a data set for the small `mlp` or `linear`
+    heads: the file's own splits; validation carved from training where the file has none."""
+    f = load_feature_file(name)
+    train_x, train_y, val_x, val_y = f.train, f.train_labels, f.val, f.val_labels
+    if not len(val_y):
+        tr, va = carve_validation(train_y, val_fraction, by_classes=val_split == "classes")
+        train_x, train_y, val_x, val_y = train_x[tr], train_y[tr], train_x[va], train_y[va]
+    if train_per_class:
+        keep = limit_per_class(np.arange(len(train_y)), train_y, train_per_class)
+        train_x, train_y = train_x[keep], train_y[keep]
+    train_y, val_y, test_y = train_classes_first(train_y, val_y, f.test_labels)
+
+    def part(x: np.ndarray, y: np.ndarray) -> TensorImages:
+        return TensorImages(torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)), y)
+
+    return DataSplits(
+        name=name,
+        train=part(train_x, train_y),
+        train_eval=part(train_x, train_y),
+        val=part(val_x, val_y),
+        test=part(f.test, test_y),
+        in_channels=f.dims,
+        num_train_classes=len(np.unique(train_y)),
+    )
+
+
+def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
+    """Bounding boxes to crop to: the classify protocol, for data sets that have them."""
+    box_cols = ["x1", "y1", "x2", "y2"]
+    if protocol != "classify" or table[box_cols].isna().all().all():
+        return None
+    return [None if np.isnan(b).any() else list(b) for b in table[box_cols].to_numpy(float)]
+
+
+def dataset_names() -> list[str]:
+    return ["digits", *sorted(READERS), f"{FOLDER_PREFIX}PATH", f"{FEATURES_PREFIX}PATH.npz"]
+
+
+def check_dataset(name: str) -> None:
+    prefixed = name.startswith((FOLDER_PREFIX, FEATURES_PREFIX))
+    if name != "digits" and name not in READERS and not prefixed:
+        raise ValueError(
+            f"unknown data set {name!r}; expected one of: {', '.join(dataset_names())}"
+        )
+
+
+def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2, **image_opts):
+    """The splits of a data set under a protocol; `image_opts` go to `image_splits`."""
+    check_dataset(name)
+    chosen = {k: image_opts[k] for k in ("train_per_class", "val_split") if k in image_opts}
+    if name == "digits":
+        return digits(protocol, val_fraction, **chosen)
+    if name.startswith(FEATURES_PREFIX):
+        return feature_splits(name, val_fraction, **chosen)
+    return image_splits(name, protocol, val_fraction, **image_opts)

@@ -1,0 +1,83 @@
+"""Leafsnap: 185 tree species of the north-eastern US, lab (pressed) and field (phone) images."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pandas as pd
+
+from bench.data.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
+
+NAME = "leafsnap"
+SOURCE = "http://leafsnap.com/dataset/"
+FOLDER = "leafsnap-dataset"
+INDEX = "leafsnap-dataset-images.txt"
+LAYOUT = (
+    f"root/{FOLDER}/ (or that folder itself) with {INDEX} (tab-separated: file_id, image_path, "
+    "segmented_path, species, source) and the dataset/images/... it lists"
+)
+COLUMNS = ("file_id", "image_path", "segmented_path", "species", "source")
+SOURCES = ("lab", "field")
+
+
+def _need(path: Path) -> Path:
+    return require(path, NAME, LAYOUT, SOURCE)
+
+
+def _bad(path: Path, problem: str) -> DatasetError:
+    return malformed(NAME, path, problem)
+
+
+def dataset_dir(root: Path) -> Path:
+    """The `leafsnap-dataset` folder, given it or its parent."""
+    return find_dataset_dir(root, FOLDER, INDEX, _need)
+
+
+def read_index(path: Path) -> pd.DataFrame:
+    """The image list, every value a stripped string, checked for its columns and sources."""
+    try:
+        df = pd.read_csv(
+            _need(path), sep="\t", dtype=str, keep_default_na=False, quoting=csv.QUOTE_NONE
+        )
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        problem = " ".join(str(err).split())
+        raise _bad(path, f"cannot be read as a tab-separated table ({problem})") from err
+    df.columns = [str(c).strip() for c in df.columns]
+    missing = [c for c in COLUMNS if c not in df]
+    if missing:
+        header = " ".join(COLUMNS)
+        raise _bad(path, f"lacks column(s) {', '.join(missing)}; its header must be {header}")
+    df = df[list(COLUMNS)].fillna("").apply(lambda col: col.str.strip())
+    if df.empty:
+        raise _bad(path, "lists no images")
+    for col in ("image_path", "species", "source"):
+        blank = (df[col] == "").to_numpy().nonzero()[0]
+        if blank.size:
+            raise _bad(path, f"data row {blank[0] + 1} has no {col}")
+    odd = sorted(set(df["source"]) - set(SOURCES))
+    if odd:
+        raise _bad(path, f"source must be lab or field, found {odd[0]!r}")
+    return df
+
+
+def read_leafsnap(root: Path) -> pd.DataFrame:
+    """All lab and field images (column `source`); label = index in sorted species, no split."""
+    base = dataset_dir(root)
+    index_path = base / INDEX
+    df = read_index(index_path)
+    paths = [base / p for p in df["image_path"]]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise _bad(index_path, f"lists {len(missing)} missing image(s), e.g. {missing[0]}")
+    labels = {s: i for i, s in enumerate(sorted(set(df["species"])))}
+    table = pd.DataFrame(
+        {
+            "path": [str(p) for p in paths],
+            "label": df["species"].map(labels).to_numpy(),
+            "class_name": df["species"].to_numpy(),
+            "split": "",
+            "source": df["source"].to_numpy(),
+        }
+    )
+    return image_table(table)

@@ -1,0 +1,1 @@
+"""Evaluation: retrieval metrics, clustering, pair verification and classification scoring."""

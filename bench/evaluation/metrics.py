@@ -1,0 +1,24 @@
+"""The common evaluator: Recall@K, NMI and MAP@R of one embedding, from one faiss kNN search."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.evaluation.clustering import nmi
+from bench.evaluation.retrieval import RECALL_KS, map_at_r, recall_at_k
+from bench.util.knn import knn
+
+METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
+
+
+def evaluate(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict:
+    """All retrieval and clustering metrics of one embedding of a labelled set."""
+    labels = np.asarray(labels)
+    _, counts = np.unique(labels, return_counts=True)
+    k = max(max(RECALL_KS), int(counts.max()) - 1)
+    _, idx = knn(embeddings, k)
+    neighbour_labels = labels[idx]
+    metrics = recall_at_k(neighbour_labels, labels)
+    metrics["nmi"] = nmi(embeddings, labels, seed=seed)
+    metrics["map@r"] = map_at_r(neighbour_labels, labels)
+    return metrics

@@ -1,0 +1,53 @@
+"""The common evaluator: Recall@K, NMI and MAP@R from one faiss kNN search."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.util.knn import knn
+
+RECALL_KS = (1, 2, 4, 8)
+MPREC_MAX_K = 50  # seed 002 reports mprec@K for K = 1..50
+MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
+
+
+def recall_at_k(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
+    """Fraction of queries with at least one same-label item among their K nearest neighbours."""
+    hits = neighbour_labels == labels[:, None]
+    return {f"recall@{k}": float(hits[:, :k].any(axis=1).mean()) for k in ks}
+
+
+def map_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
+    """MAP@R (Musgrave et al. 2020): R = the number of other items of the query's class."""
+    classes, counts = np.unique(labels, return_counts=True)
+    r = counts[np.searchsorted(classes, labels)] - 1
+    max_r = int(r.max())
+    if neighbour_labels.shape[1] < max_r:
+        raise ValueError(
+            f"MAP@R needs {max_r} neighbours per query, got {neighbour_labels.shape[1]}"
+        )
+    hits = (neighbour_labels[:, :max_r] == labels[:, None]).astype(np.float64)
+    ranks = np.arange(1, max_r + 1)
+    within_r = ranks[None, :] <= r[:, None]
+    hits *= within_r
+    precision = np.cumsum(hits, axis=1) / ranks
+    valid = r > 0
+    ap = (precision * hits).sum(axis=1)[valid] / r[valid]
+    return float(ap.mean())
+
+
+def mprec_from_neighbours(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """mprec@K for K = 1..neighbours: precision@K of every query, averaged over the queries of
+    each class, then over the classes (seed 002 §4)."""
+    hits = (neighbour_labels == labels[:, None]).astype(np.float64)
+    precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
+    classes = np.unique(labels)
+    per_class = [precision[labels == c].mean(axis=0) for c in classes]
+    return np.mean(per_class, axis=0)
+
+
+def mprec_at_k(embeddings: np.ndarray, labels: np.ndarray, max_k: int = MPREC_MAX_K) -> np.ndarray:
+    """mprec@K for K = 1..max_k (at most N - 1): every item a query against the rest."""
+    labels = np.asarray(labels)
+    _, idx = knn(embeddings, max_k)
+    return mprec_from_neighbours(labels[idx], labels)

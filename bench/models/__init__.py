@@ -1,0 +1,2 @@
+"""Models: backbones (small CNNs, torchvision's) with their embedding heads, and embedding a split.
+"""

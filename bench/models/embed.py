@@ -1,0 +1,28 @@
+"""Embedding a whole data split with a model, in order, in evaluation mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+
+@torch.no_grad()
+def embed(
+    model: torch.nn.Module,
+    dataset: Dataset,
+    device: torch.device,
+    normalize: bool = False,
+    features: bool = False,
+    workers: int = 0,
+) -> tuple[torch.Tensor, np.ndarray]:
+    """Embeddings (or the backbone's `features`) of a whole split in eval mode, in order."""
+    model.eval()
+    forward = model.features if features else model
+    loader = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=workers)
+    out = [forward(x.to(device)).float().cpu() for x, _, _ in loader]
+    emb = torch.cat(out)
+    if normalize:
+        emb = F.normalize(emb, dim=1)
+    return emb, np.asarray(dataset.labels)

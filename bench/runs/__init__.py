@@ -1,0 +1,2 @@
+"""The run store: a run's configuration (its identity) and its folder of atomically written files.
+"""

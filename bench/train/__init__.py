@@ -1,0 +1,3 @@
+"""Training: presets as plain data, the shared trainer, its loaders, baselines and feature
+extraction.
+"""

@@ -1,0 +1,69 @@
+"""Features of a frozen backbone (seed 002's CNN features) for every image of a data set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.data.datasets import DataSplits
+from bench.data.feature_files import SPLITS
+from bench.models.backbones import build_model
+from bench.models.embed import embed
+from bench.train.loaders import load_data
+from bench.train.presets import make_configs
+from bench.util.names import safe_name
+from bench.util.runtime import default_device, seed_everything
+
+FEATURES_DIR = Path("results") / "features"
+
+
+def default_features_path(dataset: str, protocol: str, backbone: str, pretrained: str) -> Path:
+    weights = safe_name(
+        Path(pretrained).stem if pretrained not in ("imagenet", "none") else pretrained
+    )
+    return FEATURES_DIR / f"{safe_name(dataset)}-{protocol}-{backbone}-{weights}.npz"
+
+
+def _split_features(model: torch.nn.Module, data: DataSplits, device: torch.device):
+    for name, split in zip(SPLITS, (data.train_eval, data.val, data.test), strict=True):
+        if len(split) == 0:
+            continue
+        feats, labels = embed(model, split, device, features=True)
+        # VGG16's and AlexNet's backbone output is FC7 before its ReLU; seed 002 uses it after.
+        # The other backbones end in a ReLU or a pool of one, where this changes nothing.
+        yield torch.relu(feats).numpy(), labels, np.full(len(labels), name)
+
+
+def extract_features(
+    dataset: str,
+    backbone: str = "vgg16",
+    pretrained: str = "imagenet",
+    protocol: str = "metric",
+    data_root: str | None = None,
+    device: torch.device | None = None,
+    seed: int = 0,
+    **overrides,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(features, labels, split) of every image of a data set under a protocol, through a
+    frozen backbone in evaluation mode; images are loaded as the protocol's preset says
+    (`overrides`, e.g. resize and crop, replace its values)."""
+    (cfg,) = make_configs(
+        dataset,
+        "features",
+        (1,),
+        {},
+        protocol=protocol,
+        backbone=backbone,
+        pretrained=pretrained,
+        data_root=data_root,
+        seed=seed,
+        **overrides,
+    )
+    data = load_data(cfg)
+    seed_everything(seed)  # the random initialisation of pretrained="none"
+    device = device or default_device()
+    model = build_model(backbone, 1, pretrained, data.in_channels).to(device)
+    parts = list(_split_features(model, data, device))
+    return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))

@@ -1,0 +1,53 @@
+"""What feeds the trainer: a run's data splits and each epoch's batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from pytorch_metric_learning.samplers import MPerClassSampler
+from torch.utils.data import DataLoader, RandomSampler
+
+from bench.data.datasets import DataSplits, load_dataset
+from bench.runs.config import RunConfig
+from losses import BenchLoss
+
+
+def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
+    """The smallest m' >= m dividing the batch with m' * classes >= batch (MPerClassSampler)."""
+    for cand in range(max(m, -(-batch_size // num_classes)), batch_size + 1):
+        if batch_size % cand == 0:
+            return cand
+    return batch_size
+
+
+def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -> DataLoader:
+    """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
+    labels = np.asarray(data.train.labels)
+    if loss.class_balanced:
+        m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+        # A new sampler each epoch: MPerClassSampler shuffles its label list in place.
+        sampler = MPerClassSampler(labels, m, cfg.batch_size, length_before_new_iter=len(labels))
+    else:
+        gen = torch.Generator().manual_seed(seed)
+        sampler = RandomSampler(data.train, generator=gen)
+    return DataLoader(
+        data.train,
+        batch_size=cfg.batch_size,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=cfg.workers,
+    )
+
+
+def load_data(cfg: RunConfig) -> DataSplits:
+    return load_dataset(
+        cfg.dataset,
+        cfg.protocol,
+        cfg.val_fraction,
+        data_root=cfg.data_root or None,
+        resize=cfg.resize,
+        crop=cfg.crop,
+        pad=cfg.pad,
+        train_per_class=cfg.train_per_class,
+        val_split=cfg.val_split,
+    )

@@ -1,0 +1,242 @@
+"""The shared trainer: one loop for every loss, driven only by what the loss declares."""
+
+from __future__ import annotations
+
+import copy
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from bench.evaluation.classification import classification_scores
+from bench.evaluation.metrics import evaluate
+from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
+from bench.models.backbones import build_model
+from bench.models.embed import embed
+from bench.runs import store
+from bench.runs.config import RunConfig
+from bench.train.baseline import run_summary
+from bench.train.loaders import epoch_loader, load_data
+from bench.util.atomic import (
+    atomic_save_npz,
+    atomic_torch_save,
+    atomic_write_json,
+    atomic_write_text,
+)
+from bench.util.runtime import default_device, package_versions, seed_everything
+from losses import build_loss, loss_defaults
+
+SELECT_BY = "map@r"  # validation metric that picks the checkpoint
+
+
+def epoch_seed(cfg: RunConfig, epoch: int) -> int:
+    """Every epoch's randomness derives from the run seed and the epoch alone, so that a run
+    resumed at an epoch boundary continues exactly as an uninterrupted one."""
+    return cfg.seed * 100_003 + epoch
+
+
+class Trainer:
+    """Trains one configuration into its run folder, resuming from its last checkpoint."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path, device: torch.device | None = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.device = device or default_device()
+        seed_everything(cfg.seed)
+        self.data = load_data(cfg)
+        self.model = build_model(
+            cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding
+        )
+        self.loss = build_loss(
+            cfg.loss,
+            cfg.loss_params,
+            num_train=len(self.data.train),
+            num_classes=self.data.num_train_classes,
+            dims=cfg.dims,
+        )
+        self.model.to(self.device)
+        self.loss.to(self.device)
+        if cfg.freeze_backbone:
+            self.model.backbone.requires_grad_(False)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        params += [p for p in self.loss.parameters() if p.requires_grad]
+        # Nothing to learn (frozen backbone as the embedding, fixed NNGK weights): evaluation only.
+        self.optimizer = torch.optim.SGD(
+            params or [torch.zeros(1, requires_grad=True)],
+            lr=cfg.lr,
+            momentum=cfg.momentum,
+            weight_decay=cfg.weight_decay,
+        )
+
+    def config_record(self) -> dict:
+        params = {**loss_defaults(self.cfg.loss), **self.cfg.loss_params}
+        return {
+            **self.cfg.to_dict(),
+            "run_id": self.run_dir.name,
+            "resolved_loss_params": params,
+            "versions": package_versions(),
+            "device": str(self.device),
+        }
+
+    def refresh(self) -> None:
+        emb, labels = embed(self.model, self.data.train_eval, self.device, workers=self.cfg.workers)
+        self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
+
+    def train_epoch(self, epoch: int) -> float:
+        loader = epoch_loader(self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch))
+        self.model.train()
+        if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
+            self.model.backbone.eval()
+        total, count = 0.0, 0
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
+        for x, y, idx in bar:
+            x, y = x.to(self.device), y.to(self.device)
+            indices = idx.to(self.device) if self.loss.needs_indices else None
+            value = self.loss(self.model(x), y, indices)
+            self.optimizer.zero_grad(set_to_none=True)
+            if value.requires_grad:
+                value.backward()
+                self.optimizer.step()
+            total += float(value.detach())
+            count += 1
+        return total / max(count, 1)
+
+    def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
+        emb, labels = embed(
+            self.model, split, self.device, self.loss.normalize_embeddings, workers=self.cfg.workers
+        )
+        return emb.numpy(), labels
+
+    def class_probabilities(self, emb: np.ndarray) -> torch.Tensor:
+        """The loss's classifier over the current training embeddings (classify protocol)."""
+        train, train_labels = self.embed_split(self.data.train_eval)
+        return self.loss.class_probabilities(
+            torch.from_numpy(emb),
+            torch.from_numpy(train),
+            torch.from_numpy(train_labels),
+            self.data.num_train_classes,
+        )
+
+    def validate(self) -> dict:
+        """Validation metrics, with `score` (higher is better) to select the checkpoint by:
+        MAP@R (metric), minus the classifier's NLL (classify), pair accuracy (pairs)."""
+        emb, labels = self.embed_split(self.data.val)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        if self.cfg.protocol == "classify":
+            metrics.update(classification_scores(self.class_probabilities(emb), labels))
+            metrics["score"] = -metrics["nll"]
+        elif self.cfg.protocol == "pairs":
+            scores, _, _ = pair_scores(emb, labels, validation_threshold(emb, labels))
+            metrics["pair_accuracy"] = metrics["score"] = scores["accuracy"]
+        else:
+            metrics["score"] = metrics[SELECT_BY]
+        return metrics
+
+    def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray]:
+        """Test metrics of the protocol, with the test embeddings and labels."""
+        emb, labels = self.embed_split(self.data.test)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        if self.cfg.protocol == "classify":
+            metrics.update(classification_scores(self.class_probabilities(emb), labels))
+        elif self.cfg.protocol == "pairs":
+            val_emb, val_labels = self.embed_split(self.data.val)
+            splits = {"seen": (emb, labels), "unseen": self.embed_split(self.data.unseen)}
+            scores, tables = pair_report(
+                splits, validation_threshold(val_emb, val_labels), self.data.class_names
+            )
+            metrics.update(scores)
+            for name, table in tables.items() if write_tables else ():
+                atomic_write_text(self.run_dir / f"{name}.csv", table.to_csv(index=False))
+        return metrics, emb, labels
+
+    def save_checkpoint(self, progress: dict) -> None:
+        state = {
+            "model": self.model.state_dict(),
+            "loss": self.loss.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "progress": progress,
+        }
+        atomic_torch_save(self.run_dir / store.CHECKPOINT, state)
+
+    def start_or_resume(self) -> dict:
+        """The progress so far: from the last checkpoint, or a fresh start."""
+        ckpt_path = self.run_dir / store.CHECKPOINT
+        if ckpt_path.is_file():
+            state = torch.load(ckpt_path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.loss.load_state_dict(state["loss"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            return state["progress"]
+        atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+        # The network before any metric training: a baseline for what training adds.
+        untrained, _, _ = self.test()
+        return {
+            "epoch": 0,
+            "history": [],
+            "untrained_network": untrained,
+            "best": {"score": float("-inf"), "epoch": 0, "model": None},
+        }
+
+    def fit(self) -> dict:
+        """Train (or resume), select the checkpoint on validation, evaluate it on test."""
+        cfg = self.cfg
+        progress = self.start_or_resume()
+        bar = tqdm(
+            range(progress["epoch"], cfg.epochs),
+            desc=self.run_dir.name,
+            initial=progress["epoch"],
+            total=cfg.epochs,
+        )
+        for epoch in bar:
+            t0 = time.perf_counter()
+            seed_everything(epoch_seed(cfg, epoch))
+            interval = self.loss.refresh_interval
+            if interval and epoch % interval == 0:
+                self.refresh()
+            train_loss = self.train_epoch(epoch)
+            val = self.validate()
+            if val["score"] > progress["best"]["score"]:
+                progress["best"] = {
+                    "score": val["score"],
+                    "epoch": epoch + 1,
+                    "model": copy.deepcopy(self.model.state_dict()),
+                }
+            row = {"epoch": epoch + 1, "train_loss": train_loss}
+            row.update({f"val_{k}": v for k, v in val.items() if k != "score"})
+            row.update(self.loss.epoch_stats())
+            row["seconds"] = time.perf_counter() - t0
+            progress["history"].append(row)
+            progress["epoch"] = epoch + 1
+            bar.set_postfix(loss=f"{train_loss:.3f}", val_score=f"{val['score']:.3f}")
+            self.save_checkpoint(progress)
+            history = pd.DataFrame(progress["history"]).to_csv(index=False)
+            atomic_write_text(self.run_dir / store.HISTORY, history)
+        return self.finish(progress)
+
+    def finish(self, progress: dict) -> dict:
+        best = progress["best"]
+        if best["model"] is not None:
+            self.model.load_state_dict(best["model"])
+        metrics, emb, labels = self.test(write_tables=True)
+        atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+        train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
+        atomic_save_npz(
+            self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
+        )
+        # The same metrics on the training split: how far test falls from train (seed 003 Table 1).
+        train_metrics = evaluate(train, train_labels, seed=self.cfg.seed)
+        metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
+        metrics.update(
+            run_summary(
+                self.cfg,
+                best_epoch=best["epoch"],
+                untrained_network=progress["untrained_network"],
+                loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
+            )
+        )
+        atomic_write_json(self.run_dir / store.METRICS, metrics)
+        return metrics
