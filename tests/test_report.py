@@ -6,7 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.report.tables import load_runs, summarise, write_report
+from bench.report.embedding import summarise
+from bench.report.runs import load_runs
+from bench.report.write import write_report
 from bench.util.atomic import atomic_write_json
 
 KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")

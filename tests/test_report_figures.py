@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
-from bench.report import tables as report
-from bench.report.tables import load_runs, write_report
+from bench.report import run_figures as report
+from bench.report.runs import load_runs
+from bench.report.write import write_report
 from bench.runs import store
 from bench.util.atomic import atomic_write_json, atomic_write_text
 from tests.test_report_tables import make_run

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from bench.cli import main
 from bench.evaluation.pairs import best_and_worst
-from bench.report.tables import write_report
+from bench.report.write import write_report
 from tests.fixtures.cub import make_cub
 from tests.fixtures.tinyimagenet import make_tinyimagenet
 from tests.test_protocols import FAST

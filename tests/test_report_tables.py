@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from bench.report.tables import load_runs, variant_labels, write_report
+from bench.report.runs import load_runs, variant_labels
+from bench.report.write import write_report
 from bench.runs import store
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
 from bench.util.knn import knn

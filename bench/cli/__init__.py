@@ -358,7 +358,8 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
 @click.option("--out", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
 def report(results, out):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
-    from bench.report.tables import indexed_files, remove_stale, write_report
+    from bench.report.index import indexed_files, remove_stale
+    from bench.report.write import write_report
 
     previous = indexed_files(out)
     written, problems = write_report(results, out)

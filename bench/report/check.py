@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.report.tables import load_runs
+from bench.report.runs import load_runs
 from bench.util.atomic import atomic_write_text
 
 KEYS = ["table", "method", "dims"]

@@ -1,0 +1,132 @@
+"""The main table of a data set: retrieval metrics per loss and size (seed 000 Tables 1-2), the
+published numbers beside it, R@1 and NMI against size (Fig. 2a/b) and Recall@K (Fig. 2c/d)."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from bench.evaluation.metrics import METRIC_KEYS
+from bench.report import figures
+from bench.report.reference import reference_rows
+from bench.report.runs import BASELINE_LOSS, RAW_BASELINE, setting_labels, trained_runs
+from bench.report.table_format import (
+    COLUMNS,
+    FLOAT,
+    PROTOCOL_COLUMNS,
+    Files,
+    cell,
+    github_table,
+    percent,
+)
+
+
+def protocol_metrics(df: pd.DataFrame) -> list[str]:
+    """The protocol's own metrics that these runs have (classify: accuracy; pairs: seen and
+    unseen verification), shown after the retrieval metrics."""
+    return [m for m in PROTOCOL_COLUMNS if m in df and df[m].notna().any()]
+
+
+def summarise(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std over seeds per method (with its varying settings) and size, baseline first."""
+    grouped = df.groupby(["name", "dims"], sort=True)
+    table = grouped[[*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]].agg(["mean", "std"])
+    table.columns = [f"{m}_{s}" for m, s in table.columns]
+    table["runs"] = grouped.size()
+    table = table.reset_index().rename(columns={"name": "method"})
+    table["_order"] = (table["method"] != RAW_BASELINE).astype(int)
+    return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
+
+
+def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
+    extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
+    keys = (*METRIC_KEYS, *extra, "init_map@r")
+    rows = [
+        [
+            r["method"],
+            int(r["dims"]),
+            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in keys),
+            int(r["runs"]),
+        ]
+        for _, r in summary.iterrows()
+    ]
+    headers = [
+        "loss",
+        "dims",
+        *COLUMNS.values(),
+        *(PROTOCOL_COLUMNS[m] for m in extra),
+        "MAP@R at init",
+        "runs",
+    ]
+    return (
+        f"# {dataset}: embedding results on the test split\n\n"
+        "Metrics x100, mean ± std over seeds (runs = number of seeds). The untrained row "
+        "evaluates the raw test inputs; MAP@R at init is each run's network before any "
+        "training, evaluated the same way.\n\n" + github_table(rows, headers)
+    )
+
+
+def paper_table(dataset: str, protocol: str) -> pd.DataFrame:
+    """The papers' published numbers for this data set and protocol, one row per paper row."""
+    ref = reference_rows(dataset, protocol)
+    if not len(ref):
+        return ref
+    ref = ref.assign(dims=ref["dims"].astype("string").fillna(""))
+    keys = ["paper", "table", "method", "dims", "setting"]
+    wide = ref.pivot_table(index=keys, columns="metric", values="value", aggfunc="first")
+    order = [m for m in (*METRIC_KEYS, "accuracy", "far", "frr") if m in wide.columns]
+    return wide[order].reset_index()
+
+
+def paper_markdown(papers: pd.DataFrame) -> str:
+    if not len(papers):
+        return ""
+    metrics = [
+        c for c in papers.columns if c not in ("paper", "table", "method", "dims", "setting")
+    ]
+    rows = [
+        [
+            f"paper: {r['paper']}, {r['table']}",
+            r["method"],
+            r["dims"],
+            r["setting"],
+            *(percent(r[m]) for m in metrics),
+        ]
+        for _, r in papers.iterrows()
+    ]
+    headers = ["source", "method", "dims", "setting", *(COLUMNS.get(m, m) for m in metrics)]
+    return "\n## Published numbers (from the papers, not measured here)\n\n" + github_table(
+        rows, headers
+    )
+
+
+def dims_figure(part: pd.DataFrame) -> bytes:
+    """R@1 and NMI against embedding size, a line per method, the raw inputs dashed
+    (seed 000 Fig. 2a/b)."""
+    trained, baseline = trained_runs(part), part[part["loss"] == BASELINE_LOSS]
+    data = trained if len(trained) else part
+    lines = {k: baseline[k].mean() for k in ("recall@1", "nmi")} if len(trained) else {}
+    # Settings that vary (backbone, validation split, ...) get a row of panels each.
+    variant = setting_labels(data)
+    if variant.nunique() > 1:
+        data = data.assign(variant=variant)
+        return figures.metrics_vs_dims(data, ["recall@1", "nmi"], lines, panel="variant")
+    return figures.metrics_vs_dims(data.assign(method=data["name"]), ["recall@1", "nmi"], lines)
+
+
+def embedding_files(part: pd.DataFrame, table: str) -> Files:
+    """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (seed 000 Tables 1-2, Fig. 2)."""
+    summary = summarise(part)
+    papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
+    files = {
+        f"{table}.md": (markdown_table(summary, table) + paper_markdown(papers)).encode(),
+        f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
+        f"{table}.png": dims_figure(part),
+    }
+    if len(papers):
+        files[f"{table}-paper.csv"] = papers.to_csv(index=False).encode()
+    trained = trained_runs(part)
+    if len(trained):
+        files[f"{table}-recall-at-k.png"] = figures.recall_at_k_curves(
+            trained.assign(method=trained["name"])
+        )
+    return files

@@ -1,0 +1,179 @@
+"""The report's view of the run folders: one row per finished run, with its settings and the
+labels that tell its variants apart."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench.evaluation.metrics import METRIC_KEYS
+from bench.runs import store
+from bench.runs.config import RunConfig
+from bench.util.names import safe_name
+
+BASELINE_LOSS = "untrained"
+
+
+RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
+
+
+# Settings that new runs record in metrics.json; older runs have them in config.json only.
+SETTINGS = (
+    "backbone",
+    "pretrained",
+    "embedding",
+    "freeze_backbone",
+    "train_per_class",
+    "val_split",
+    "lr",
+    "epochs",
+)
+
+
+DEFAULTS = RunConfig()
+
+
+EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
+
+
+def read_config(run_dir: Path) -> dict:
+    """A run's config.json, or {} where it is missing or unreadable."""
+    try:
+        config = json.loads((Path(run_dir) / store.CONFIG).read_text())
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _scalar(value: object) -> object:
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+
+
+def run_record(run_dir: Path, metrics: dict) -> dict:
+    """One run's row: its metrics, its settings (metrics.json, else config.json, else the
+    defaults), its loss's parameters as `param_<name>`, and its folder."""
+    config = read_config(run_dir)
+    params = metrics.get("loss_params") or config.get("resolved_loss_params") or {}
+    params = params if isinstance(params, dict) else {}
+    init = metrics.get("untrained_network") or {}
+    init = init if isinstance(init, dict) else {}
+    return {
+        **{k: v for k, v in metrics.items() if k not in ("loss_params", "untrained_network")},
+        **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
+        **{f"param_{k}": _scalar(v) for k, v in sorted(params.items()) if k != "miner"},
+        "init_map@r": init.get("map@r"),
+        "run": run_dir.name,
+        "path": str(run_dir),
+    }
+
+
+def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
+    """One row per finished run; problems name the folders that were skipped.
+
+    `method` is the loss (and miner); `name` adds the settings that vary within the run's table.
+    """
+    runs, problems = store.scan_runs(results)
+    rows = []
+    for run_dir, metrics in runs:
+        missing = [k for k in (*METRIC_KEYS, "dataset", "loss", "dims", "seed") if k not in metrics]
+        if missing:
+            problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
+            continue
+        protocol = metrics.setdefault("protocol", "metric")
+        # Seed 002's methods (protocol "linear") follow a split of the data (data_protocol;
+        # "file" for a features file): their baseline is in the deep runs' table of that split.
+        split = metrics.get("data_protocol") or protocol
+        split = "metric" if split == "file" else split
+        base = safe_name(metrics["dataset"])
+        base = base if split == "metric" else f"{base}-{split}"
+        table = base if protocol == split else f"{base}-{protocol}"
+        preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
+        table = f"{table}-{preset}" if preset else table
+        rows.append({**run_record(run_dir, metrics), "table": table, "base_table": base})
+    df = with_baselines(pd.DataFrame(rows))
+    if len(df):
+        df["miner"] = df.get("miner", pd.Series([None] * len(df))).fillna("")
+        df["method"] = df["loss"] + df["miner"].map(lambda m: f" ({m})" if m else "")
+        df.loc[df["loss"] == BASELINE_LOSS, "method"] = RAW_BASELINE
+        df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
+    return df, problems
+
+
+def with_baselines(df: pd.DataFrame) -> pd.DataFrame:
+    """The untrained baseline rows of a data set and protocol, also in each preset's table."""
+    if not len(df):
+        return df
+    baselines = df[df["loss"] == BASELINE_LOSS]
+    tables = df[["table", "base_table"]].drop_duplicates()
+    copies = [
+        baselines[baselines["base_table"] == base].assign(table=table)
+        for table, base in tables.itertuples(index=False)
+        if table != base
+    ]
+    return pd.concat([df, *copies], ignore_index=True)
+
+
+def format_value(value: object) -> str:
+    if isinstance(value, float):
+        return "-" if np.isnan(value) else f"{value:g}"
+    return str(value)
+
+
+def setting_text(column: str, value: object) -> str:
+    """How a run's setting reads after its method, e.g. 'GAP', 'frozen backbone', 'k=10'."""
+    texts = {
+        "embedding": lambda v: EMBEDDINGS.get(v, format_value(v)),
+        "freeze_backbone": lambda v: "frozen backbone" if v else "trained backbone",
+        "train_per_class": lambda v: f"{int(v)} per class" if v else "all per class",
+        "pretrained": lambda v: f"{v} weights",
+        "param_learn_weights": lambda v: "learned weights" if v else "fixed weights",
+        "val_split": lambda v: f"validated on held-out {v}",
+        "lr": lambda v: f"lr={format_value(v)}",
+        "epochs": lambda v: f"{format_value(v)} epochs",
+    }
+    if column in texts:
+        return texts[column](value)
+    if column.startswith("param_"):
+        return f"{column.removeprefix('param_')}={format_value(value)}"
+    return format_value(value)
+
+
+def _varying(df: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, pd.Index]]:
+    """(column, rows to label): a setting that takes several values among the trained runs
+    labels them all; a loss parameter that does within a loss and size labels that loss."""
+    trained = df[df["loss"] != BASELINE_LOSS]
+    found = [(c, trained.index) for c in SETTINGS if c in df and trained[c].nunique() > 1]
+    for column in sorted(c for c in df.columns if c.startswith("param_")):
+        for _, runs in trained.groupby("loss", sort=True):
+            if (runs.groupby("dims")[column].nunique() > 1).any():
+                found.append((column, runs.index))
+    return [(c, rows) for c, rows in found if c not in exclude]
+
+
+def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
+    """Each run's settings that tell it apart from runs of the same method (other than the
+    `exclude`d ones), e.g. 'GAP' or 'k=10, GAP'; '' where none does."""
+    labels = pd.Series("", index=df.index, dtype=object)
+    for column, rows in _varying(df, exclude):
+        texts = df.loc[rows, column].map(lambda v, c=column: setting_text(c, v))
+        labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts
+    return labels
+
+
+def variant_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
+    """Each run's method with its `setting_labels`, e.g. 'npair, GAP' or 'nngk, k=10'."""
+    settings = setting_labels(df, exclude)
+    names = df["method"].astype(str)
+    return names.where(settings == "", names + ", " + settings)
+
+
+def trained_runs(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["loss"] != BASELINE_LOSS]
+
+
+def column_or_nan(df: pd.DataFrame, name: str, default: object = np.nan) -> pd.Series:
+    return df[name] if name in df else pd.Series(default, index=df.index, dtype=object)

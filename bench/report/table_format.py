@@ -1,0 +1,109 @@
+"""What every table shares: column names, mean ± std cells, GitHub markdown, the papers'
+sections."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from tabulate import tabulate
+
+from bench.evaluation.retrieval import MPREC_KS
+from bench.report.reference import reference_rows
+from bench.report.runs import format_value
+
+PROTOCOL_COLUMNS = {
+    "accuracy": "Accuracy",
+    **{f"mprec@{k}": f"mprec@{k}" for k in MPREC_KS},  # seed 002's methods
+    **{
+        f"{split}_{m}": f"{split} {label}"
+        for split in ("seen", "unseen")
+        for m, label in (("accuracy", "acc."), ("far", "FAR"), ("frr", "FRR"), ("ap", "AP"))
+    },
+}
+
+
+COLUMNS = {
+    "recall@1": "R@1",
+    "recall@2": "R@2",
+    "recall@4": "R@4",
+    "recall@8": "R@8",
+    "nmi": "NMI",
+    "map@r": "MAP@R",
+}
+
+
+FLOAT = "%.6f"
+
+
+Files = dict[str, bytes]
+
+
+def cell(mean: float, std: float) -> str:
+    if pd.isna(mean):
+        return "-"
+    text = f"{100 * mean:.2f}"
+    return text if pd.isna(std) else f"{text} ± {100 * std:.2f}"
+
+
+def percent(value: float) -> str:
+    return "" if pd.isna(value) else f"{100 * value:.2f}"
+
+
+def github_table(rows: list[list], headers: Sequence[str]) -> str:
+    return tabulate(rows, headers=list(headers), tablefmt="github", disable_numparse=True) + "\n"
+
+
+def mean_std_table(df: pd.DataFrame, index: list[str], column: str, value: str) -> pd.DataFrame:
+    """A row per `index` value with `<c> mean` and `<c> std` of `value` over the runs (seeds)
+    for each value c of `column`, and the number of runs in the row."""
+    stats = df.groupby([*index, column], sort=True, dropna=False)[value].agg(["mean", "std"])
+    stats = stats.unstack(column)
+    wide = pd.DataFrame(index=stats.index)
+    for c in sorted(df[column].unique()):
+        wide[f"{c} mean"] = stats[("mean", c)]
+        wide[f"{c} std"] = stats[("std", c)]
+    wide["runs"] = df.groupby(index, sort=True, dropna=False).size()
+    return wide.reset_index()
+
+
+def wide_markdown(wide: pd.DataFrame, index: dict[str, str]) -> str:
+    """mean_std_table as markdown: the `index` columns (renamed), a mean ± std cell per column
+    value, and the runs."""
+    values = [c.removesuffix(" mean") for c in wide.columns if c.endswith(" mean")]
+    rows = [
+        [
+            *(format_value(r[c]) for c in index),
+            *(cell(r[f"{v} mean"], r[f"{v} std"]) for v in values),
+            int(r["runs"]),
+        ]
+        for _, r in wide.iterrows()
+    ]
+    return github_table(rows, [*index.values(), *values, "runs"])
+
+
+def parse_setting(setting: str) -> dict[str, str]:
+    """A reference row's setting, 'seen; rank=1 of 100; category=pizza', as a dict; the first
+    part without '=' under 'tag'."""
+    fields: dict[str, str] = {}
+    for part in (p.strip() for p in setting.split(";")):
+        key, sep, value = part.partition("=")
+        if sep:
+            fields[key.strip()] = value.strip()
+        elif part:
+            fields.setdefault("tag", part)
+    return fields
+
+
+def reference_for(datasets: Sequence[str], protocol: str) -> pd.DataFrame:
+    frames = [reference_rows(d, protocol) for d in sorted(set(datasets))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def published_section(title: str, body: str) -> str:
+    return f"\n## Published: {title} (from the papers, not measured here)\n\n{body}"
+
+
+SPLITS = ("seen", "unseen")
+
+

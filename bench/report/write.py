@@ -1,0 +1,77 @@
+"""Comparison tables and plots, read only from finished run folders.
+
+Per table (a data set under a protocol): the embedding results (`<table>.md/.csv/.png`), the
+published numbers, and whichever of the papers' other tables and figures its runs have the data
+for; across the classify-protocol tables, the classification comparison (seed 000 Tables 3-5).
+A table or figure whose runs lack what it needs is left out; one that fails on a damaged file is
+named among the problems, never a traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from bench.report.categories import categories_files
+from bench.report.classification import CLASSIFICATION, classification_files
+from bench.report.embedding import embedding_files
+from bench.report.index import index_text
+from bench.report.run_figures import (
+    centres_figure,
+    examples_figure,
+    mprec_figure,
+    neighbours_figure,
+    pair_figures,
+    tsne_figure,
+)
+from bench.report.runs import BASELINE_LOSS, load_runs
+from bench.report.table_format import Files
+from bench.report.train_test import train_test_files
+from bench.util.atomic import atomic_write_bytes, atomic_write_text
+
+TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
+    embedding_files,
+    train_test_files,
+    categories_files,
+    examples_figure,
+    neighbours_figure,
+    centres_figure,
+    pair_figures,
+    mprec_figure,
+    tsne_figure,
+)
+
+
+def _build(
+    name: str, runs: pd.DataFrame, builders: Sequence[Callable], problems: list[str]
+) -> Files:
+    files: Files = {}
+    for builder in builders:
+        try:
+            files.update(builder(runs, name))
+        except Exception as err:  # a damaged run file never stops the report
+            problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
+    return files
+
+
+def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
+    """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
+    .csv and -ablation.csv; README.md indexing them all."""
+    df, problems = load_runs(results)
+    out = Path(out)
+    tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique()) if len(df) else []
+    parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
+    groups = {t: _build(t, p, TABLE_BUILDERS, problems) for t, p in parts.items()}
+    if len(df):
+        groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
+    written = []
+    for files in groups.values():
+        for file_name, data in files.items():
+            atomic_write_bytes(out / file_name, data)
+            written.append(out / file_name)
+    readme = out / "README.md"
+    atomic_write_text(readme, index_text(results, groups))
+    written.append(readme)
+    return written, problems
