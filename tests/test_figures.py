@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import precision_recall_curve
 
-from bench.report import figures
+from bench.report import figures, similarity, tsne
 from bench.util.knn import knn
 
 PNG = b"\x89PNG"
@@ -46,23 +46,23 @@ def pr_curve(seed: int) -> pd.DataFrame:
 def yoked_figure() -> bytes:
     a, labels = clusters(0, per_class=20)
     b, _ = clusters(1, per_class=20)
-    layouts = figures.yoked_tsne([a, b], iterations=300)
-    return figures.yoked_tsne_figure(layouts, labels, ["loss A", "loss B"])
+    layouts = tsne.yoked_tsne([a, b], iterations=300)
+    return tsne.yoked_tsne_figure(layouts, labels, ["loss A", "loss B"])
 
 
 def similarity_figure() -> bytes:
     train, train_labels = clusters(0)
     test, test_labels = clusters(1, per_class=1, classes=40)
-    return figures.similarity_scatter_figure(
-        figures.similarity_scatter(train, train_labels),
-        figures.similarity_scatter(test, test_labels % 7),
+    return similarity.similarity_scatter_figure(
+        similarity.similarity_scatter(train, train_labels),
+        similarity.similarity_scatter(test, test_labels % 7),
     )
 
 
 def joint_figure() -> bytes:
     train, train_labels = clusters(0, per_class=20)
     test, test_labels = clusters(1, per_class=15)
-    return figures.joint_tsne(train, train_labels, test, test_labels + 3)
+    return tsne.joint_tsne(train, train_labels, test, test_labels + 3)
 
 
 FIGURES = {
@@ -168,7 +168,7 @@ def assert_same_table(got: pd.DataFrame, expected: pd.DataFrame) -> None:
 def test_similarity_scatter_hand_made():
     x = np.array([[1.0, 0.0], [2.0, 0.2], [0.0, 1.0], [0.1, 3.0], [1.0, 1.0]])
     labels = np.array([0, 0, 1, 1, 2])  # class 2 has one member
-    got = figures.similarity_scatter(x, labels)
+    got = similarity.similarity_scatter(x, labels)
     cos = 2.0 / np.sqrt(4.04)  # points 0 and 1
     assert got["same"][0] == pytest.approx(cos)  # not 1.0: the point itself is excluded
     assert got["different"][0] == pytest.approx(1 / np.sqrt(2))  # point 4
@@ -180,9 +180,9 @@ def test_similarity_scatter_hand_made():
 
 def test_similarity_scatter_ties_and_one_class():
     dup = np.array([[1.0, 0.0], [3.0, 0.0], [2.0, 0.0]])
-    tied = figures.similarity_scatter(dup, np.array([0, 0, 1]))
+    tied = similarity.similarity_scatter(dup, np.array([0, 0, 1]))
     assert tied["correct"][:2].tolist() == [False, False]  # same == different is not closer
-    one_class = figures.similarity_scatter(dup, np.zeros(3))
+    one_class = similarity.similarity_scatter(dup, np.zeros(3))
     assert one_class["different"].isna().all() and one_class["correct"].all()
 
 
@@ -190,28 +190,28 @@ def test_similarity_scatter_matches_brute_force(monkeypatch):
     rng = np.random.default_rng(3)
     x = rng.normal(size=(45, 6)) * rng.uniform(0.1, 10, (45, 1))  # cosine ignores the norm
     labels = rng.integers(0, 6, 45)
-    monkeypatch.setattr(figures, "SIMILARITY_BLOCK", 7)  # several blocks, a ragged last one
-    assert_same_table(figures.similarity_scatter(x, labels), brute_force_similarity(x, labels))
+    monkeypatch.setattr(similarity, "SIMILARITY_BLOCK", 7)  # several blocks, a ragged last one
+    assert_same_table(similarity.similarity_scatter(x, labels), brute_force_similarity(x, labels))
 
 
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 1e3])
 @pytest.mark.parametrize("perplexity", [5.0, 20.0])
 def test_perplexity_calibration(scale, perplexity):
     x, _ = clusters(4, per_class=25, classes=4)
-    cond = figures.conditional_probabilities(scale * x, perplexity)
+    cond = tsne.conditional_probabilities(scale * x, perplexity)
     np.testing.assert_allclose(cond.sum(axis=1), 1.0)
     assert np.all(np.diag(cond) == 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         bits = -np.nansum(cond * np.log2(cond), axis=1)
     np.testing.assert_allclose(2**bits, perplexity, atol=1e-3)
-    p = figures.joint_probabilities(scale * x, perplexity)
+    p = tsne.joint_probabilities(scale * x, perplexity)
     np.testing.assert_allclose(p, p.T, atol=0)
     assert p.sum() == pytest.approx(1.0, abs=1e-12)
 
 
 def test_perplexity_beyond_the_points_is_refused():
     with pytest.raises(ValueError, match="perplexity"):
-        figures.conditional_probabilities(np.eye(5), 10.0)
+        tsne.conditional_probabilities(np.eye(5), 10.0)
 
 
 def knn_accuracy(layout: np.ndarray, labels: np.ndarray, k: int = 5) -> float:
@@ -226,9 +226,9 @@ def misalignment(a: np.ndarray, b: np.ndarray) -> float:
 def test_yoked_tsne_alignment():
     a, labels = clusters(0)
     b, _ = clusters(1)  # the same points and classes, embedded differently
-    free = figures.yoked_tsne([a, b], alignment=0.0)
-    default = figures.yoked_tsne([a, b])
-    yoked = figures.yoked_tsne([a, b], alignment=10.0)
+    free = tsne.yoked_tsne([a, b], alignment=0.0)
+    default = tsne.yoked_tsne([a, b])
+    yoked = tsne.yoked_tsne([a, b], alignment=10.0)
     for layout in (*free, *default, *yoked):
         assert layout.shape == (len(a), 2) and np.isfinite(layout).all()
     for layout in (*free, *default):
@@ -239,8 +239,8 @@ def test_yoked_tsne_alignment():
 
 def test_yoked_tsne_is_deterministic_and_takes_several_layouts():
     embeddings = [clusters(seed, per_class=15)[0] for seed in range(3)]
-    first = figures.yoked_tsne(embeddings, iterations=200, seed=5)
-    second = figures.yoked_tsne(embeddings, iterations=200, seed=5)
+    first = tsne.yoked_tsne(embeddings, iterations=200, seed=5)
+    second = tsne.yoked_tsne(embeddings, iterations=200, seed=5)
     assert len(first) == 3
     for a, b in zip(first, second, strict=True):
         assert a.shape == (45, 2) and np.isfinite(a).all()
@@ -249,7 +249,7 @@ def test_yoked_tsne_is_deterministic_and_takes_several_layouts():
 
 def test_yoked_tsne_needs_the_same_points():
     with pytest.raises(ValueError, match="same points"):
-        figures.yoked_tsne([np.zeros((10, 3)), np.zeros((11, 3))])
+        tsne.yoked_tsne([np.zeros((10, 3)), np.zeros((11, 3))])
 
 
 @pytest.mark.parametrize("sets", [2, 3, 5])
@@ -257,7 +257,7 @@ def test_alignment_step_solves_the_implicit_system(sets):
     rng = np.random.default_rng(sets)
     y = rng.normal(size=(sets, 7, 2))
     step = rng.uniform(0.1, 100.0, size=(sets, 7, 2))
-    got = figures._aligned(y, step, alignment=3.0)
+    got = tsne._aligned(y, step, alignment=3.0)
     path = np.diff(np.eye(sets), axis=0)
     laplacian = path.T @ path
     for i in range(7):
@@ -267,20 +267,20 @@ def test_alignment_step_solves_the_implicit_system(sets):
 
 
 def test_tsne_2d_clips_the_perplexity_for_tiny_inputs():
-    assert figures.clip_perplexity(30, 10) == 3.0
-    assert figures.clip_perplexity(30, 1000) == 30.0
-    layout = figures.tsne_2d(np.random.default_rng(0).normal(size=(6, 4)))
+    assert tsne.clip_perplexity(30, 10) == 3.0
+    assert tsne.clip_perplexity(30, 1000) == 30.0
+    layout = tsne.tsne_2d(np.random.default_rng(0).normal(size=(6, 4)))
     assert layout.shape == (6, 2) and np.isfinite(layout).all()
 
 
 def test_joint_tsne_figure_needs_a_row_per_point():
     with pytest.raises(ValueError, match="one row per"):
-        figures.joint_tsne_figure(np.zeros((5, 2)), np.zeros(3), np.zeros(3))
+        tsne.joint_tsne_figure(np.zeros((5, 2)), np.zeros(3), np.zeros(3))
 
 
 def test_metrics_vs_dims_draws_a_row_of_panels_per_variant(monkeypatch):
     drawn = []
-    monkeypatch.setattr(figures, "_png", lambda fig: drawn.append(fig) or PNG)
+    monkeypatch.setattr(figures, "png_bytes", lambda fig: drawn.append(fig) or PNG)
     one = runs()
     two = pd.concat([one.assign(variant="BatchNorm"), one.assign(variant="GroupNorm")])
     figures.metrics_vs_dims(one, ["recall@1", "nmi"], {"nmi": 0.3})

@@ -16,8 +16,6 @@ from bench.runs import store
 from bench.train.presets import PRESETS, make_configs
 
 DEFAULT_RESULTS = Path("results")
-
-
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
 NON_NEGATIVE = click.FloatRange(min=0)

@@ -15,8 +15,6 @@ from bench.data.names import FEATURES_PREFIX
 from bench.util.atomic import atomic_save_npz
 
 SPLITS = ("train", "val", "test")
-
-
 FORMAT = (
     "expected an .npz with arrays features (N x F floats), labels (N integers) and split "
     "(N strings, each 'train', 'val' or 'test')"

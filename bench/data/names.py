@@ -3,6 +3,4 @@
 from __future__ import annotations
 
 FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (bench/features.py)
-
-
 FOLDER_PREFIX = "folder:"

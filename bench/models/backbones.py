@@ -77,8 +77,6 @@ GAP_DIMS = {
 _TINY_RESNETS = {"resnet18_tiny": "resnet18", "resnet50_tiny": "resnet50"}
 
 _PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
-
-
 # small_cnn_gn's GroupNorm: 8 channels a group (Wu and He 2018 find 8-32 per group alike).
 GROUP_SIZE = 8
 

@@ -21,8 +21,6 @@ from bench.report.table_format import (
 )
 
 CLASSIFICATION = "classification"
-
-
 CLASSIFY_ROWS = {
     "dataset": "data set",
     "backbone": "backbone",
@@ -32,8 +30,6 @@ CLASSIFY_ROWS = {
 
 
 ABLATION_ROWS = {**CLASSIFY_ROWS, "learn_weights": "learn weights", "fine_tune": "fine-tune"}
-
-
 # How the runs differ in the ablation; the classification table holds the standard runs.
 ABLATION_SETTINGS = ("freeze_backbone", "param_learn_weights", "train_per_class")
 

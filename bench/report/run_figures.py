@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report import figures
+from bench.report import figures, tsne
 from bench.report.classification import classified_runs, fixed_weights, frozen_backbone
 from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.table_format import SPLITS, Files
@@ -199,5 +199,5 @@ def tsne_figure(part: pd.DataFrame, table: str) -> Files:
     xs, labels, titles = tsne_inputs(part)
     if not xs:
         return {}
-    layouts = figures.yoked_tsne(xs)
-    return {f"{table}-tsne.png": figures.yoked_tsne_figure(layouts, labels, titles)}
+    layouts = tsne.yoked_tsne(xs)
+    return {f"{table}-tsne.png": tsne.yoked_tsne_figure(layouts, labels, titles)}

@@ -16,11 +16,7 @@ from bench.runs.config import RunConfig
 from bench.util.names import safe_name
 
 BASELINE_LOSS = "untrained"
-
-
 RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
-
-
 # Settings that new runs record in metrics.json; older runs have them in config.json only.
 SETTINGS = (
     "backbone",
@@ -35,8 +31,6 @@ SETTINGS = (
 
 
 DEFAULTS = RunConfig()
-
-
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 

@@ -34,8 +34,6 @@ COLUMNS = {
 
 
 FLOAT = "%.6f"
-
-
 Files = dict[str, bytes]
 
 

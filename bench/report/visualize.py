@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.report import figures
+from bench.report import figures, similarity, tsne
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
 
@@ -37,10 +37,10 @@ def visualize_run(run_dir: Path, out: Path, max_points: int = 2000) -> list[Path
     train, train_labels = subsample(*load_embeddings(run_dir, store.TRAIN_EMBEDDINGS), max_points)
     test, test_labels = subsample(*load_embeddings(run_dir, store.EMBEDDINGS), max_points)
     files = {
-        "tsne.png": figures.joint_tsne(train, train_labels, test, test_labels),
-        "similarity.png": figures.similarity_scatter_figure(
-            figures.similarity_scatter(train, train_labels),
-            figures.similarity_scatter(test, test_labels),
+        "tsne.png": tsne.joint_tsne(train, train_labels, test, test_labels),
+        "similarity.png": similarity.similarity_scatter_figure(
+            similarity.similarity_scatter(train, train_labels),
+            similarity.similarity_scatter(test, test_labels),
         ),
     }
     history = Path(run_dir) / store.HISTORY

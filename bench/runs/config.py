@@ -12,8 +12,6 @@ from bench.util.names import safe_name
 # Where the data lies, how it is loaded and which preset gave the defaults do not change what a
 # run computes.
 NOT_HASHED = ("data_root", "workers", "preset")
-
-
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
 HASHED_IF_SET = {"val_split": "images"}
