@@ -7,16 +7,9 @@ import torchvision
 from torch import nn
 from torchvision.models._api import WeightsEnum
 
-from bench.models.backbones import (
-    BACKBONES,
-    GAP_DIMS,
-    MIN_SIZES,
-    EmbeddingNet,
-    SmallCNN,
-    VGG16Tiny,
-    build_backbone,
-    build_model,
-)
+from bench.models.backbones import BACKBONES, GAP_DIMS, MIN_SIZES, build_backbone
+from bench.models.embedding import EmbeddingNet, build_model
+from bench.models.small import SmallCNN, VGG16Tiny
 
 DIMS = 8
 FEAT_DIMS = {

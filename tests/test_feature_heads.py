@@ -10,7 +10,8 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.data.datasets import load_dataset, train_classes_first
 from bench.evaluation.metrics import evaluate
-from bench.models.backbones import MLPHead, build_model
+from bench.models.embedding import build_model
+from bench.models.small import MLPHead
 
 
 def write_features(path, n_per_class=30, classes=(10, 11, 12, 20, 21, 22), dims=12, val=True):

@@ -82,7 +82,7 @@ class DecodedEveryEpoch:
 def model_throughput(backbone: str, size: int, batch_size: int = 32, steps: int = 3) -> float:
     """Training images per second of a backbone (forward, backward, SGD step) at this size, on
     the device a run would train on."""
-    from bench.models.backbones import build_model
+    from bench.models.embedding import build_model
     from bench.util.runtime import default_device
 
     device = default_device()

@@ -9,8 +9,8 @@ import torch
 
 from bench.data.datasets import DataSplits
 from bench.evaluation.metrics import evaluate
-from bench.models.backbones import build_model
 from bench.models.embed import embed
+from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig
 from bench.train.loaders import load_data

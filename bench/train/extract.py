@@ -9,8 +9,8 @@ import torch
 
 from bench.data.datasets import DataSplits
 from bench.data.feature_files import SPLITS
-from bench.models.backbones import build_model
 from bench.models.embed import embed
+from bench.models.embedding import build_model
 from bench.train.loaders import load_data
 from bench.train.presets import make_configs
 from bench.util.names import safe_name

@@ -15,8 +15,8 @@ from tqdm import tqdm
 from bench.evaluation.classification import classification_scores
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
-from bench.models.backbones import build_model
 from bench.models.embed import embed
+from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig
 from bench.train.baseline import run_summary

@@ -1,0 +1,120 @@
+"""torchvision's classification models as backbones: ImageNet weights through torchvision's
+weights API, or a local state dict (loaded with weights_only=True), cut before their classifier."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import torch
+import torchvision
+from torch import nn
+
+_PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def _model_kwargs(name: str, pretrained: str) -> dict[str, bool]:
+    if name != "googlenet":
+        return {}
+    if pretrained == "none":
+        # init_weights=False skips GoogLeNet's slow truncated-normal init; no aux heads so that
+        # forward returns a plain tensor in train mode too.
+        return {"aux_logits": False, "init_weights": False}
+    # Pretrained GoogLeNet weights expect transform_input=True (torchvision's default with weights);
+    # a local state dict is most likely that same file, so use the same setting for it.
+    return {"aux_logits": False, "init_weights": False, "transform_input": True}
+
+
+def _load_imagenet(name: str) -> nn.Module:
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    try:
+        # No extra kwargs: torchvision then picks the settings these weights expect (for GoogLeNet
+        # transform_input=True, and its aux heads, which it drops after loading).
+        return torchvision.models.get_model(name, weights=weights)
+    except (OSError, RuntimeError) as err:
+        hub_dir = os.path.join(torch.hub.get_dir(), "checkpoints")
+        raise RuntimeError(
+            f"could not fetch ImageNet weights {weights} for {name} ({_one_line(err)}); "
+            f"pass --pretrained PATH with a local state dict, or put the weights file "
+            f"into {hub_dir}"
+        ) from err
+
+
+def _read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"pretrained={path!r} is not a file; {_PRETRAINED_HINT}")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # unpickling raises many different types
+        raise ValueError(
+            f"could not load a state dict for {name} from {path!r}: {_one_line(err)}"
+        ) from err
+    if not isinstance(state, Mapping) or not all(
+        isinstance(v, torch.Tensor) for v in state.values()
+    ):
+        raise ValueError(f"{path!r} does not hold a state dict (a mapping of tensors) for {name}")
+    if name == "googlenet":
+        # We build GoogLeNet without auxiliary classifiers; their weights are not needed.
+        state = {k: v for k, v in state.items() if not k.startswith(("aux1.", "aux2."))}
+    return state
+
+
+def load_local_state(model: nn.Module, name: str, path: str, source: str = "torchvision's") -> None:
+    state = _read_state_dict(name, path)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    shapes = sorted(k for k in set(state) & set(expected) if state[k].shape != expected[k].shape)
+    problems = [
+        f"{len(keys)} {what} (e.g. {keys[0]})"
+        for what, keys in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("shape mismatches", shapes),
+        )
+        if keys
+    ]
+    if problems:
+        raise ValueError(
+            f"state dict {path!r} does not match {source} {name}: {'; '.join(problems)}"
+        )
+    model.load_state_dict(state)
+
+
+def truncate(model: nn.Module, name: str) -> nn.Module:
+    if name in ("googlenet", "resnet18", "resnet50"):
+        model.fc = nn.Identity()
+        return model
+    # vgg16 classifier:   [Linear, ReLU, Dropout, Linear(FC7), ReLU, Dropout, Linear]
+    # alexnet classifier: [Dropout, Linear, ReLU, Dropout, Linear(FC7), ReLU, Linear]
+    # The embedding is FC7 with dropout but without the ReLU after it (as in the NNGK paper).
+    linears = [i for i, m in enumerate(model.classifier) if isinstance(m, nn.Linear)]
+    fc7 = linears[1]
+    return nn.Sequential(
+        model.features,
+        model.avgpool,
+        nn.Flatten(),
+        *list(model.classifier.children())[: fc7 + 1],
+    )
+
+
+def torchvision_model(name: str, pretrained: str) -> nn.Module:
+    if pretrained == "imagenet":
+        return _load_imagenet(name)
+    model = torchvision.models.get_model(name, weights=None, **_model_kwargs(name, pretrained))
+    if pretrained != "none":
+        load_local_state(model, name, pretrained)
+    return model
+
+
+def keep_resolution(model: nn.Module) -> None:
+    # The report's ResNets for 64x64 inputs: conv1 at stride 1 and no first max-pool. conv1 keeps
+    # its 7x7 kernel and padding 3, so loaded (e.g. ImageNet) weights still apply.
+    model.conv1.stride = (1, 1)
+    model.maxpool = nn.Identity()
+
+
