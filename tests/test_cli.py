@@ -286,7 +286,7 @@ def test_visualize_draws_a_runs_tsne_similarity_and_centre_statistics(nngk_run, 
 
 def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
     planned = []
-    monkeypatch.setattr("bench.cli.run_all", lambda configs, *_: planned.extend(configs))
+    monkeypatch.setattr("bench.cli.suite.run_all", lambda configs, *_: planned.extend(configs))
     assert cli("suite").exit_code == 0
     assert len(planned) == 9 * 2 * 3  # losses (triplet with 3 miners), dims 64 and 512, seeds
     assert {(c.backbone, c.lr, c.val_split) for c in planned} == {("small_cnn", 1e-3, "images")}

@@ -1,0 +1,48 @@
+"""`nngk-bench check`: the runs' metrics against a stored baseline (the CI regression check)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS
+
+
+@click.command()
+@click.option(
+    "--baseline",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="CSV of expected metrics (table, method, dims, metric, value).",
+)
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option(
+    "--tolerance",
+    default=0.02,
+    show_default=True,
+    help="How far below the baseline a mean may fall.",
+)
+@click.option("--update", is_flag=True, help="Write the baseline from the runs instead.")
+def check(baseline, results, tolerance, update):
+    """Compare the runs' metrics with a baseline; exit non-zero on a regression."""
+    from bench.report.check import regressions, write_baseline
+
+    if update:
+        means = write_baseline(results, baseline)
+        click.echo(f"{baseline}: {len(means)} values from {results}")
+        return
+    try:
+        problems = regressions(results, baseline, tolerance)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    for line in problems:
+        click.echo(f"regression: {line}", err=True)
+    if problems:
+        sys.exit(1)
+    click.echo(f"no regression against {baseline} (tolerance {tolerance})")
+
+

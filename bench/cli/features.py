@@ -1,0 +1,83 @@
+"""`nngk-bench features`: a frozen backbone's features of every image, into an .npz."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.data.datasets import check_dataset
+from bench.data.names import FEATURES_PREFIX
+from bench.models.backbones import BACKBONES, check_backbone
+
+
+@click.command()
+@click.option(
+    "--backbone", default="vgg16", show_default=True, help=f"One of {', '.join(BACKBONES)}."
+)
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+)
+@click.option(
+    "--protocol", type=click.Choice(["metric", "classify"]), default="metric", show_default=True
+)
+@click.option("--data-root", default=None, help="Default: $NNGK_DATA, else ~/data.")
+@click.option(
+    "--pretrained",
+    default="imagenet",
+    show_default=True,
+    help="imagenet, none, or a state-dict PATH.",
+)
+@click.option("--resize", type=int, default=None, help="Default: the protocol's preset.")
+@click.option("--crop", type=int, default=None, help="Centre crop; default: the protocol's preset.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds pretrained=none.")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Default: results/features/<dataset>-<protocol>-<backbone>-<weights>.npz.",
+)
+@click.option("--force", is_flag=True, help="Extract again even if the file exists.")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+def features(
+    backbone, dataset, protocol, data_root, pretrained, resize, crop, seed, out, force, device
+):
+    """Extract features of every image of DATASET once with a frozen BACKBONE (VGG16: FC7
+    after ReLU, seed 002) into an .npz (features, labels, split) for `linear --dataset
+    features:PATH`."""
+    from bench.data.feature_files import write_features
+    from bench.train.extract import default_features_path, extract_features
+
+    out = out or default_features_path(dataset, protocol, backbone, pretrained)
+    if out.exists() and not force:
+        click.echo(f"{out}: exists, skipped (--force extracts again)")
+        return
+    try:
+        check_dataset(dataset)
+        check_backbone(backbone)
+        if dataset.startswith(FEATURES_PREFIX):
+            raise ValueError(f"{dataset} holds features already; give a data set of images")
+        import torch
+
+        arrays = extract_features(
+            dataset,
+            backbone,
+            pretrained,
+            protocol,
+            data_root,
+            torch.device(device) if device else None,
+            seed,
+            resize=resize,
+            crop=crop,
+        )
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+    write_features(out, *arrays)
+    split = arrays[2]
+    counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
+    click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
+
+

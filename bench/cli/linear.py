@@ -1,0 +1,85 @@
+"""`nngk-bench linear`: seed 002's NML and linear baselines on feature vectors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS, POSITIVE, POSITIVE_FLOAT, parse_ints
+from bench.runs import store
+from bench.train.presets import make_configs
+
+SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
+
+
+@click.command()
+@click.option(
+    "--method",
+    default=SEED002_METHODS,
+    show_default=True,
+    help="Comma-separated methods of seed 002.",
+)
+@click.option("--dataset", default="digits", show_default=True, help="digits or features:PATH.npz.")
+@click.option(
+    "--protocol",
+    type=click.Choice(["metric", "classify"]),
+    default="metric",
+    show_default=True,
+    help="digits' split: metric trains on 0-4 and tests on 5-9; classify (seed 002's own "
+    "retrieval protocol) uses every class in every split. A features file has its own split.",
+)
+@click.option("--dims", default="8,16,32,64", show_default=True, help="Projection sizes.")
+@click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
+@click.option("--pairs", type=POSITIVE, default=None, help="nml, linear-ml: training pairs.")
+@click.option(
+    "--iterations",
+    type=POSITIVE,
+    default=None,
+    help="nml, linear-ml: SGD iterations (pairs visited).",
+)
+@click.option(
+    "--lr",
+    type=POSITIVE_FLOAT,
+    default=None,
+    help="nml, linear-ml: learning rate.",
+)
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--force", is_flag=True, help="Redo finished runs.")
+def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results, force):
+    """Seed 002's NML and linear baselines on feature vectors: one run per method, size and
+    seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
+    from bench.classic.methods import linear_runs, run_linear_method
+    from bench.data.features import load_features
+
+    given = {"pairs": pairs, "iterations": iterations, "lr": lr}
+    try:
+        plan = linear_runs(
+            method.split(","), parse_ints(dims, "--dims"), parse_ints(seed, "--seed"), given
+        )
+        feats = load_features(dataset, protocol=protocol)
+        too_big = [d for name, d, _, _ in plan if name != "no-projection" and d > feats.dims]
+        if too_big:
+            raise ValueError(f"--dims {max(too_big)} exceeds the {feats.dims} feature dimensions")
+        # The untrained baseline row of the report's table: the raw test features.
+        from bench.train.baseline import run_baseline
+
+        split = protocol if dataset == "digits" else "metric"
+        run_baseline(make_configs(dataset, "untrained", None, {}, protocol=split)[0], results)
+        for name, d, s, params in plan:
+            run_dir = run_linear_method(
+                name, dataset, d, s, params, results, force, protocol, feats
+            )
+            metrics = store.read_metrics(run_dir)
+            shown = "  ".join(
+                f"{k}={metrics[k]:.4f}"
+                for k in ("mprec@1", "mprec@10", "map@r")
+                if metrics[k] is not None
+            )
+            click.echo(f"{run_dir}: {shown}")
+    except (ValueError, FileNotFoundError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+
+

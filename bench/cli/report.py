@@ -1,0 +1,31 @@
+"""`nngk-bench report`: the comparison tables and plots from the finished runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS
+
+
+@click.command()
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
+def report(results, out):
+    """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
+    from bench.report.index import indexed_files, remove_stale
+    from bench.report.write import write_report
+
+    previous = indexed_files(out)
+    written, problems = write_report(results, out)
+    for line in problems:
+        click.echo(f"skipped {line}", err=True)
+    for path in written:
+        click.echo(str(path))
+    for path in remove_stale(out, previous, written):
+        click.echo(f"removed {path} (an earlier report's, not written now)")
+
+

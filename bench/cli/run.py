@@ -1,0 +1,239 @@
+"""`nngk-bench run`: train and evaluate a loss on a data set, a run per embedding size and seed."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, parse_ints
+from bench.data.datasets import check_dataset
+from bench.data.splits import PROTOCOLS, VAL_SPLITS
+from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
+from bench.runs import store
+from bench.train.presets import PRESETS, make_configs
+
+
+def loss_params_from(loss: str, miner, sigma, k, update_interval, margin, fixed_weights) -> dict:
+    """The loss parameters given on the command line, checked against what the loss takes."""
+    from losses import loss_defaults
+    from miners import MINERS
+
+    given = {
+        "learn_weights": False if fixed_weights else None,
+        "miner": miner,
+        "sigma": sigma,
+        "k": k,
+        "update_interval": update_interval,
+        "margin": margin,
+    }
+    given = {name: value for name, value in given.items() if value is not None}
+    defaults = loss_defaults(loss)
+    for name in given:
+        if name not in defaults:
+            option = "--fixed-weights" if name == "learn_weights" else "--" + name.replace("_", "-")
+            takes = ", ".join(defaults) or "no parameters"
+            raise ValueError(f"loss {loss!r} does not take {option}; it takes: {takes}")
+    if "miner" in given:
+        MINERS.get_class(given["miner"])
+    return given
+
+
+def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
+    """A ValueError naming the valid choices for an unknown loss, data set or backbone."""
+    from losses import get_loss_class
+
+    get_loss_class(loss)
+    check_dataset(dataset)
+    if backbone is not None:
+        check_backbone(backbone)
+
+
+@click.command()
+@click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
+@click.option(
+    "--dataset",
+    default="digits",
+    show_default=True,
+    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+)
+@click.option("--protocol", type=click.Choice(PROTOCOLS), default="metric", show_default=True)
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="A paper's settings in place of the protocol's preset (seed003: Liu et al.).",
+)
+@click.option(
+    "--data-root",
+    default=None,
+    help="Folder holding the data sets (default: $NNGK_DATA, else ~/data).",
+)
+@click.option("--dims", default=None, help="Embedding sizes, e.g. 64,512,1024 (one run each).")
+@click.option("--miner", default=None, help="Triplet miner (see `losses`).")
+@click.option("--epochs", type=POSITIVE, default=None)
+@click.option("--batch-size", type=click.IntRange(min=2), default=None)
+@click.option("--lr", type=NON_NEGATIVE, default=None)
+@click.option("--weight-decay", type=NON_NEGATIVE, default=None)
+@click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width.")
+@click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example.")
+@click.option(
+    "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
+)
+@click.option("--margin", type=NON_NEGATIVE, default=None, help="Triplet margin.")
+@click.option(
+    "--triplet-form",
+    type=click.Choice(["margin", "nca"]),
+    default="margin",
+    show_default=True,
+    help="nca: seed 003's NCA form (the loss triplet-nca).",
+)
+@click.option("--backbone", default=None, help=f"One of {', '.join(BACKBONES)}.")
+@click.option("--pretrained", default=None, help="imagenet, none, or a state-dict PATH.")
+@click.option(
+    "--embedding",
+    type=click.Choice(EMBEDDINGS),
+    default=None,
+    help="fc: a linear layer after the backbone; gap: its global average pooling.",
+)
+@click.option("--resize", type=POSITIVE, default=None, help="Images are resized to this square.")
+@click.option("--crop", type=POSITIVE, default=None, help="Random (train) / centre (eval) crop.")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="DataLoader workers.",
+)
+@click.option("--fixed-weights", is_flag=True, help="NNGK: centre weights fixed at 1 (Table 5).")
+@click.option("--freeze-backbone", is_flag=True, help="Train only what follows the backbone.")
+@click.option(
+    "--train-per-class",
+    type=POSITIVE,
+    default=None,
+    help="At most N training images per class (Fig. 3).",
+)
+@click.option(
+    "--val-split",
+    type=click.Choice(VAL_SPLITS),
+    default=None,
+    help="Validation: a share of the training images (default), or whole training classes "
+    "never trained on (metric protocol).",
+)
+@click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+@click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
+@click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+def run(
+    loss,
+    dataset,
+    protocol,
+    preset,
+    data_root,
+    dims,
+    miner,
+    epochs,
+    batch_size,
+    lr,
+    weight_decay,
+    sigma,
+    k,
+    update_interval,
+    margin,
+    triplet_form,
+    backbone,
+    pretrained,
+    embedding,
+    resize,
+    crop,
+    workers,
+    fixed_weights,
+    freeze_backbone,
+    train_per_class,
+    val_split,
+    seed,
+    results,
+    force,
+    device,
+):
+    """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
+    if triplet_form == "nca":
+        if loss != "triplet":
+            raise click.ClickException("--triplet-form nca applies to --loss triplet only")
+        loss = "triplet-nca"
+    try:
+        check_choices(loss, dataset, backbone)
+        params = loss_params_from(loss, miner, sigma, k, update_interval, margin, fixed_weights)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    dims_list = parse_ints(dims, "--dims")
+    seeds = parse_ints(seed, "--seed")
+    import torch
+
+    dev = torch.device(device) if device else None
+    overrides = dict(
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        backbone=backbone,
+        pretrained=pretrained,
+        embedding=embedding,
+        resize=resize,
+        crop=crop,
+        workers=workers,
+        freeze_backbone=freeze_backbone or None,
+        train_per_class=train_per_class,
+        val_split=val_split,
+        data_root=data_root,
+    )
+    configs = [
+        c
+        for s in seeds
+        for c in make_configs(
+            dataset,
+            loss,
+            dims_list,
+            params,
+            protocol=protocol,
+            preset=preset or "",
+            seed=s,
+            **overrides,
+        )
+    ]
+    run_all(configs, results, force, dev)
+
+
+def run_all(configs: list, results: Path, force: bool, device) -> None:
+    """The baseline of the first config's data set, then every config; one-line errors."""
+    from bench.train.baseline import run_baseline
+    from bench.train.trainer import Trainer
+
+    try:
+        for cfg in configs:
+            check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
+        run_baseline(configs[0], results, device)
+        for cfg in configs:
+            train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+    except KeyboardInterrupt:
+        click.echo("interrupted; run the same command again to resume", err=True)
+        sys.exit(130)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+
+
+def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
+    if store.is_finished(run_dir) and not force:
+        click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
+        return
+    if force and run_dir.exists():
+        shutil.rmtree(run_dir)
+    metrics = trainer_cls(cfg, run_dir, device).fit()
+    summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+    click.echo(f"{run_dir}: {summary}")
+
+

@@ -1,0 +1,87 @@
+"""`nngk-bench suite`: every core loss on digits, or a paper's strategies (reports/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, parse_ints
+from bench.cli.run import run_all
+from bench.data.splits import VAL_SPLITS
+from bench.train.presets import PRESETS, make_configs
+
+# The seven core losses, triplet with each miner: the digits suite that CI and reports/ run.
+SUITE = (
+    ("nngk", {}),
+    ("softmax", {}),
+    ("contrastive", {}),
+    ("triplet", {"miner": "semihard"}),
+    ("triplet", {"miner": "easy-positive"}),
+    ("triplet", {"miner": "all"}),
+    ("npair", {}),
+    ("lifted", {}),
+    ("nca", {}),
+)
+
+
+# Seed 003's selection strategies (NCA-form triplets; N-pair), each with FC and GAP embeddings.
+SEED003_SUITE = (
+    ("triplet-nca", {"miner": "all"}),
+    ("triplet-nca", {"miner": "semihard"}),
+    ("triplet-nca", {"miner": "easy-positive"}),
+    ("npair", {}),
+)
+
+
+@click.command()
+@click.option("--dims", default=None, help="Default: 64,512 (seed003: 64, GAP its own size).")
+@click.option("--seed", default="0,1,2", show_default=True)
+@click.option("--epochs", type=POSITIVE, default=None, help="Default: the digits preset's.")
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
+)
+@click.option("--val-split", type=click.Choice(VAL_SPLITS), default=None)
+@click.option(
+    "--backbone",
+    type=click.Choice(["small_cnn", "small_cnn_gn"]),
+    default=None,
+    help="Default: the digits preset's (small_cnn).",
+)
+@click.option("--lr", type=NON_NEGATIVE, default=None, help="Default: the digits preset's.")
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+def suite(dims, seed, epochs, preset, val_split, backbone, lr, results):
+    """The seven core losses (triplet with each miner) on digits: the comparison in reports/.
+    With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+    if preset:
+        # A GAP embedding has its layer's size: --dims applies to the FC runs only.
+        plan = [(loss, p, emb) for loss, p in SEED003_SUITE for emb in ("fc", "gap")]
+    else:
+        plan = [(loss, p, None) for loss, p in SUITE]
+        dims = dims or "64,512"
+    configs = [
+        c
+        for loss, params, embedding in plan
+        for s in parse_ints(seed, "--seed")
+        for c in make_configs(
+            "digits",
+            loss,
+            None if embedding == "gap" else parse_ints(dims, "--dims"),
+            params,
+            preset=preset or "",
+            seed=s,
+            epochs=epochs,
+            embedding=embedding,
+            val_split=val_split,
+            backbone=backbone,
+            lr=lr,
+        )
+    ]
+    run_all(configs, results, False, None)
+
+
