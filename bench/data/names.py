@@ -2,5 +2,5 @@
 
 from __future__ import annotations
 
-FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (bench/features.py)
+FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (feature_files.py)
 FOLDER_PREFIX = "folder:"

@@ -1,5 +1,6 @@
-"""What each protocol measures beyond retrieval: classification accuracy (classify) and pair
-verification (pairs). Retrieval metrics (bench.evaluate) are measured under every protocol."""
+"""Pair verification (pairs protocol): a split's pairs, the threshold chosen on validation, and
+the seen and unseen scores with their tables. Retrieval metrics (metrics.py) come from every
+protocol."""
 
 from __future__ import annotations
 
