@@ -55,5 +55,3 @@ class BCEPairLoss(BenchLoss):
 def pair_distances(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """Euclidean distances ||x_i - x_j||, with a finite gradient for coincident embeddings."""
     return (x[i] - x[j]).pow(2).sum(dim=1).clamp_min(1e-12).sqrt()
-
-

@@ -41,5 +41,3 @@ def balanced_pairs(
     i = anchors.repeat_interleave(pairs_per_anchor).repeat(2)
     flags = torch.ones(len(pos), dtype=torch.bool, device=labels.device)
     return i, torch.cat([pos, neg]), torch.cat([flags, ~flags])
-
-

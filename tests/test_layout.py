@@ -97,9 +97,7 @@ def test_cycle_finds_a_circle_and_only_a_circle():
 
 def test_no_import_circle():
     # A package's __init__ is imported with any of its modules; it may import them in turn.
-    edges = {
-        a: {b for b in targets if not a.startswith(b + ".")} for a, targets in graph().items()
-    }
+    edges = {a: {b for b in targets if not a.startswith(b + ".")} for a, targets in graph().items()}
     assert cycle(edges) == []
 
 

@@ -44,5 +44,3 @@ def check(baseline, results, tolerance, update):
     if problems:
         sys.exit(1)
     click.echo(f"no regression against {baseline} (tolerance {tolerance})")
-
-

@@ -79,5 +79,3 @@ def features(
     split = arrays[2]
     counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
     click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
-
-

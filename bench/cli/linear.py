@@ -81,5 +81,3 @@ def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results
             click.echo(f"{run_dir}: {shown}")
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
-
-

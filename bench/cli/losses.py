@@ -19,5 +19,3 @@ def list_losses():
     for name, cls in sorted(MINERS.items()):
         doc = (cls.__doc__ or "").strip().splitlines()[0]
         click.echo(f"{name:14s} {doc}")
-
-

@@ -26,5 +26,3 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
             f"bad {what} {text!r}; expected comma-separated positive integers, e.g. 64,512,1024"
         )
     return values
-
-

@@ -27,5 +27,3 @@ def report(results, out):
         click.echo(str(path))
     for path in remove_stale(out, previous, written):
         click.echo(f"removed {path} (an earlier report's, not written now)")
-
-

@@ -235,5 +235,3 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
     metrics = trainer_cls(cfg, run_dir, device).fit()
     summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
     click.echo(f"{run_dir}: {summary}")
-
-

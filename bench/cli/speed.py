@@ -51,5 +51,3 @@ def speed(batch, loader_dataset, data_root, resize, crop, backbone, images, work
         tabulate(result.items(), headers=["loader", "value"], floatfmt=".2f", tablefmt="github")
     )
     shutil.rmtree(tmp, ignore_errors=True)
-
-

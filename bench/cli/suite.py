@@ -83,5 +83,3 @@ def suite(dims, seed, epochs, preset, val_split, backbone, lr, results):
         )
     ]
     run_all(configs, results, False, None)
-
-

@@ -32,5 +32,3 @@ def visualize(run_dir, out, max_points):
         raise click.ClickException(str(err)) from None
     for path in written:
         click.echo(str(path))
-
-

@@ -1,2 +1,1 @@
-"""Models: backbones (small CNNs, torchvision's) with their embedding heads, and embedding a split.
-"""
+"""Models: backbones (small CNNs, torchvision's), embedding heads, embedding a split."""

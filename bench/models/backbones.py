@@ -74,21 +74,6 @@ GAP_DIMS = {
 _TINY_RESNETS = {"resnet18_tiny": "resnet18", "resnet50_tiny": "resnet50"}
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def check_backbone(name: str) -> None:
     if name not in BACKBONES:
         raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")
@@ -122,20 +107,6 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
             f"the GAP embedding of {backbone} has {GAP_DIMS[backbone]} dims (the channels of its "
             f"last feature map); got dims={dims}"
         )
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
@@ -190,7 +161,3 @@ def build_backbone(
         model.dropout = nn.Identity()
     feat_dim = GAP_DIMS[name] if embedding == "gap" else FEATURE_DIMS[name]
     return truncate(model, base), feat_dim, 3
-
-
-
-

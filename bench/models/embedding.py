@@ -74,5 +74,3 @@ def build_model(
     if embedding == "backbone" and backbone.startswith("resnet"):
         model.embed = nn.Dropout(BACKBONE_HEAD_DROPOUT)
     return model
-
-

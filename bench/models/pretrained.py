@@ -116,5 +116,3 @@ def keep_resolution(model: nn.Module) -> None:
     # its 7x7 kernel and padding 3, so loaded (e.g. ImageNet) weights still apply.
     model.conv1.stride = (1, 1)
     model.maxpool = nn.Identity()
-
-

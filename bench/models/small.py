@@ -134,5 +134,3 @@ def _init_vgg(model: nn.Module) -> None:
         elif isinstance(m, nn.Linear):
             nn.init.normal_(m.weight, 0, 0.01)
             nn.init.zeros_(m.bias)
-
-

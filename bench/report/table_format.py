@@ -103,5 +103,3 @@ def published_section(title: str, body: str) -> str:
 
 
 SPLITS = ("seen", "unseen")
-
-

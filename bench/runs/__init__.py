@@ -1,2 +1,1 @@
-"""The run store: a run's configuration (its identity) and its folder of atomically written files.
-"""
+"""The run store: a run's configuration (its identity) and its atomically written files."""
