@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from bench.cli import check, features, linear, losses, report, run, speed, suite, visualize
+from bench.util.progress import show_progress
 
 
 class OneLineErrors(click.Group):
@@ -22,6 +23,7 @@ class OneLineErrors(click.Group):
 @click.group(cls=OneLineErrors)
 def main() -> None:
     """nngk-bench: compare deep metric learning losses with one trainer and one evaluator."""
+    show_progress()
 
 
 # The modules, not their commands: a command named like its module would hide the module.

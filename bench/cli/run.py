@@ -14,6 +14,7 @@ from bench.data.splits import PROTOCOLS, VAL_SPLITS
 from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
 from bench.runs import store
 from bench.train.presets import PRESETS, make_configs
+from bench.util.progress import log
 
 
 def loss_params_from(loss: str, miner, sigma, k, update_interval, margin, fixed_weights) -> dict:
@@ -216,6 +217,7 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
     try:
         for cfg in configs:
             check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
+        log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
         run_baseline(configs[0], results, device)
         for cfg in configs:
             train_one(cfg, results / cfg.run_id(), force, device, Trainer)

@@ -14,6 +14,7 @@ from sklearn.datasets import load_digits
 from torch.utils.data import Dataset
 
 from bench.data.feature_files import load_feature_file
+from bench.data.glyphs import GlyphSpec, is_glyphs, load_glyphs
 from bench.data.images import CachedImages, build_cache, eval_transform, train_transform
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.data.sources.cars196 import read_cars196
@@ -81,6 +82,37 @@ def contiguous(labels: np.ndarray) -> np.ndarray:
     return np.unique(labels, return_inverse=True)[1].astype(np.int64)
 
 
+def tensor_splits(
+    name: str,
+    images: torch.Tensor,
+    labels: np.ndarray,
+    protocol: str,
+    val_fraction: float,
+    train_per_class: int,
+    val_split: str,
+    shift: int = 0,
+) -> DataSplits:
+    """Images held in memory (N, C, H, W), split by the protocol; training images shifted by up
+    to `shift` pixels."""
+    table = pd.DataFrame({"label": labels, "split": ""})
+    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
+
+    def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
+        return TensorImages(images[rows], labels[rows], shift=shift)
+
+    return DataSplits(
+        name=name,
+        train=part(splits.train, shift=shift),
+        train_eval=part(splits.train),
+        val=part(splits.val),
+        test=part(splits.test),
+        in_channels=images.shape[1],
+        num_train_classes=len(np.unique(labels[splits.train])),
+        unseen=part(splits.unseen) if len(splits.unseen) else None,
+        class_names=tuple(str(c) for c in np.unique(labels)),
+    )
+
+
 def digits(
     protocol: str = "metric",
     val_fraction: float = 0.2,
@@ -92,23 +124,24 @@ def digits(
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
     labels = data.target.astype(np.int64)
-    table = pd.DataFrame({"label": labels, "split": ""})
-    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
-
-    def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
-        return TensorImages(images[rows], labels[rows], shift=shift)
-
-    return DataSplits(
-        name="digits",
-        train=part(splits.train, shift=1),
-        train_eval=part(splits.train),
-        val=part(splits.val),
-        test=part(splits.test),
-        in_channels=1,
-        num_train_classes=len(np.unique(labels[splits.train])),
-        unseen=part(splits.unseen) if len(splits.unseen) else None,
-        class_names=tuple(str(c) for c in range(10)),
+    return tensor_splits(
+        "digits", images, labels, protocol, val_fraction, train_per_class, val_split, shift=1
     )
+
+
+def glyphs(
+    name: str,
+    protocol: str = "metric",
+    val_fraction: float = 0.2,
+    train_per_class: int = 0,
+    val_split: str = "images",
+    **_,
+) -> DataSplits:
+    """A procedural glyphs set (`glyphs.py`); metric protocol: the first half of the classes
+    train, the second half test."""
+    raw, labels = load_glyphs(GlyphSpec.parse(name))
+    images = torch.from_numpy(raw.astype(np.float32) / 255.0).unsqueeze(1)
+    return tensor_splits(name, images, labels, protocol, val_fraction, train_per_class, val_split)
 
 
 def default_data_root() -> Path:
@@ -221,10 +254,19 @@ def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
 
 
 def dataset_names() -> list[str]:
-    return ["digits", *sorted(READERS), f"{FOLDER_PREFIX}PATH", f"{FEATURES_PREFIX}PATH.npz"]
+    return [
+        "digits",
+        *sorted(READERS),
+        "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X]",
+        f"{FOLDER_PREFIX}PATH",
+        f"{FEATURES_PREFIX}PATH.npz",
+    ]
 
 
 def check_dataset(name: str) -> None:
+    if is_glyphs(name):
+        GlyphSpec.parse(name)
+        return
     prefixed = name.startswith((FOLDER_PREFIX, FEATURES_PREFIX))
     if name != "digits" and name not in READERS and not prefixed:
         raise ValueError(
@@ -238,6 +280,8 @@ def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2,
     chosen = {k: image_opts[k] for k in ("train_per_class", "val_split") if k in image_opts}
     if name == "digits":
         return digits(protocol, val_fraction, **chosen)
+    if is_glyphs(name):
+        return glyphs(name, protocol, val_fraction, **chosen)
     if name.startswith(FEATURES_PREFIX):
         return feature_splits(name, val_fraction, **chosen)
     return image_splits(name, protocol, val_fraction, **image_opts)

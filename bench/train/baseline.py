@@ -15,6 +15,7 @@ from bench.runs import store
 from bench.runs.config import RunConfig
 from bench.train.loaders import load_data
 from bench.util.atomic import atomic_save_npz, atomic_write_json
+from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 
 
@@ -70,6 +71,7 @@ def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = No
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         return run_dir
+    log.info(f"{run_dir.name}: the baseline, {kind} of the {cfg.dataset} test split")
     labels = np.asarray(data.test.labels)
     record = {**base.to_dict(), "features": kind, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)

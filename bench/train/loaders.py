@@ -23,6 +23,11 @@ def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
 def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -> DataLoader:
     """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
     labels = np.asarray(data.train.labels)
+    if cfg.batch_size > len(labels):  # drop_last would leave no batch at all
+        raise ValueError(
+            f"batch size {cfg.batch_size} exceeds the {len(labels)} training items of "
+            f"{cfg.dataset}; give a smaller --batch-size"
+        )
     if loss.class_balanced:
         m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
         # A new sampler each epoch: MPerClassSampler shuffles its label list in place.

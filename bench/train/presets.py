@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from bench.data.glyphs import is_glyphs
 from bench.data.names import FEATURES_PREFIX
 from bench.models.backbones import GAP_DIMS
 from bench.runs.config import RunConfig
@@ -37,6 +38,16 @@ DIGITS = Preset(
     dims=(64, 512),
     config=dict(
         backbone="small_cnn", epochs=10, batch_size=64, m_per_class=16, lr=0.001, weight_decay=5e-4
+    ),
+    loss_params={"nngk": {"sigma": 1.0, "k": 100, "update_interval": 1}},
+)
+
+# glyphs (28x28, 100 training classes of 30 instances, bench/data/glyphs.py): the digits
+# preset's small CNN and optimiser; batches of 16 classes x 4 instances.
+GLYPHS = Preset(
+    dims=(64, 512),
+    config=dict(
+        backbone="small_cnn", epochs=10, batch_size=64, m_per_class=4, lr=0.001, weight_decay=5e-4
     ),
     loss_params={"nngk": {"sigma": 1.0, "k": 100, "update_interval": 1}},
 )
@@ -136,6 +147,8 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
         return small if dataset == "digits" else images
     if dataset == "digits":
         return DIGITS
+    if is_glyphs(dataset):
+        return GLYPHS
     if dataset.startswith(FEATURES_PREFIX):
         return FEATURES
     if protocol == "classify":

@@ -27,6 +27,7 @@ from bench.util.atomic import (
     atomic_write_json,
     atomic_write_text,
 )
+from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 from losses import build_loss, loss_defaults
 
@@ -39,6 +40,18 @@ def epoch_seed(cfg: RunConfig, epoch: int) -> int:
     return cfg.seed * 100_003 + epoch
 
 
+def weights_text(pretrained: str) -> str:
+    return "random init" if pretrained == "none" else f"{pretrained} weights"
+
+
+def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
+    """One line per epoch: training loss, validation MAP@R and the selection score, seconds."""
+    return (
+        f"{run}: epoch {row['epoch']}/{epochs}  train loss {row['train_loss']:.4f}  "
+        f"validation MAP@R {row['val_map@r']:.4f}  score {score:.4f}  ({row['seconds']:.1f} s)"
+    )
+
+
 class Trainer:
     """Trains one configuration into its run folder, resuming from its last checkpoint."""
 
@@ -47,7 +60,14 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.device = device or default_device()
         seed_everything(cfg.seed)
+        log.info(f"{self.run_dir.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
+        counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
+        log.info(
+            f"{self.run_dir.name}: {counts} training/validation/test items; building "
+            f"{cfg.backbone} ({weights_text(cfg.pretrained)}) with a {cfg.dims}-d {cfg.embedding} "
+            f"embedding for {cfg.loss} on {self.device}"
+        )
         self.model = build_model(
             cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding
         )
@@ -170,9 +190,12 @@ class Trainer:
             self.model.load_state_dict(state["model"])
             self.loss.load_state_dict(state["loss"])
             self.optimizer.load_state_dict(state["optimizer"])
+            epoch = state["progress"]["epoch"]
+            log.info(f"{self.run_dir.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
         atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training: a baseline for what training adds.
+        log.info(f"{self.run_dir.name}: evaluating the untrained network on the test split")
         untrained, _, _ = self.test()
         return {
             "epoch": 0,
@@ -185,13 +208,7 @@ class Trainer:
         """Train (or resume), select the checkpoint on validation, evaluate it on test."""
         cfg = self.cfg
         progress = self.start_or_resume()
-        bar = tqdm(
-            range(progress["epoch"], cfg.epochs),
-            desc=self.run_dir.name,
-            initial=progress["epoch"],
-            total=cfg.epochs,
-        )
-        for epoch in bar:
+        for epoch in range(progress["epoch"], cfg.epochs):
             t0 = time.perf_counter()
             seed_everything(epoch_seed(cfg, epoch))
             interval = self.loss.refresh_interval
@@ -211,7 +228,7 @@ class Trainer:
             row["seconds"] = time.perf_counter() - t0
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
-            bar.set_postfix(loss=f"{train_loss:.3f}", val_score=f"{val['score']:.3f}")
+            log.info(epoch_summary(self.run_dir.name, row, cfg.epochs, val["score"]))
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
@@ -219,6 +236,7 @@ class Trainer:
 
     def finish(self, progress: dict) -> dict:
         best = progress["best"]
+        log.info(f"{self.run_dir.name}: testing the checkpoint of epoch {best['epoch']}")
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
         metrics, emb, labels = self.test(write_tables=True)

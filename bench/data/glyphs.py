@@ -1,0 +1,201 @@
+"""Glyphs: a procedural image data set on which learning matters, generated on first use.
+
+A class is 2-4 random quadratic Bezier strokes in the unit square. An instance draws them with
+its control points jittered, through a random affine transform (rotation, scale, shear,
+translation) and with its own stroke width, then adds pixel noise. The raw pixels of two
+instances of a class differ as much as those of two classes, so a learned embedding has much to
+add to the inputs (README, "Glyphs"). Everything derives from the seed and the class index: the
+same parameters give the same images on any machine, and a class looks the same whatever the
+number of classes. Nothing is downloaded or committed; the images are cached as a .npz named by
+a fingerprint of the parameters and of the generator's version.
+
+`glyphs` is the default set; `glyphs:classes=40,instances=20,size=16` (any of classes,
+instances, size, seed, difficulty) is another, from a CI subset to a stress set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.util.atomic import atomic_save_npz
+from bench.util.progress import log
+
+NAME = "glyphs"
+VERSION = 1  # bump when the images change, so that no cache of older images is read
+STROKES = (2, 4)  # strokes per class, inclusive
+POINTS = 24  # points sampled along each stroke
+ROTATION = 0.45  # radians, each way
+SCALE = 0.2  # 1 +- this
+SHEAR = 0.2
+TRANSLATION = 0.15  # of the image side, each way
+JITTER = 0.03  # control points, in image sides (standard deviation)
+WIDTH = 0.035  # stroke width, in image sides (the Gaussian profile's standard deviation)
+WIDTH_JITTER = 0.25  # the width varies by +- this share
+NOISE = 0.08  # pixel noise (standard deviation, intensities in [0, 1])
+RENDER_CHUNK = 256  # images rendered at once
+
+
+@dataclass(frozen=True)
+class GlyphSpec:
+    """The parameters of a glyphs set; `difficulty` scales every variation of the instances."""
+
+    classes: int = 200
+    instances: int = 30
+    size: int = 28
+    seed: int = 0
+    difficulty: float = 1.0
+
+    @classmethod
+    def parse(cls, name: str) -> GlyphSpec:
+        """'glyphs' or 'glyphs:classes=40,size=16'; a one-line ValueError for anything else."""
+        head, _, args = name.partition(":")
+        if head != NAME:
+            raise ValueError(f"not a glyphs data set: {name!r}")
+        known = {f.name: f.type for f in fields(cls)}
+        given = {}
+        for part in filter(None, args.split(",")):
+            key, sep, value = part.partition("=")
+            if not sep or key not in known:
+                raise ValueError(
+                    f"bad glyphs parameter {part!r} in {name!r}; expected key=value with keys "
+                    f"{', '.join(known)} (e.g. glyphs:classes=40,size=16)"
+                )
+            try:
+                given[key] = float(value) if key == "difficulty" else int(value)
+            except ValueError:
+                raise ValueError(f"bad value {value!r} for glyphs parameter {key}") from None
+        return replace(cls(), **given).checked()
+
+    def checked(self) -> GlyphSpec:
+        if self.classes < 4 or self.instances < 2 or self.size < 8:
+            raise ValueError(
+                f"glyphs needs classes >= 4, instances >= 2 and size >= 8; got {self.name()}"
+            )
+        if not 0 <= self.difficulty <= 3 or self.seed < 0:
+            raise ValueError(f"glyphs needs 0 <= difficulty <= 3 and seed >= 0; got {self.name()}")
+        return self
+
+    def name(self) -> str:
+        """The canonical data set name: 'glyphs', plus the parameters that differ from it."""
+        default = GlyphSpec()
+        args = [f"{k}={v:g}" for k, v in asdict(self).items() if v != getattr(default, k)]
+        return NAME + (":" + ",".join(args) if args else "")
+
+    def fingerprint(self) -> str:
+        record = {**asdict(self), "version": VERSION}
+        return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def is_glyphs(name: str) -> bool:
+    return name == NAME or name.startswith(NAME + ":")
+
+
+def class_strokes(spec: GlyphSpec, label: int) -> np.ndarray:
+    """A class's strokes: (strokes, 3 control points, 2) in the unit square."""
+    rng = np.random.default_rng([spec.seed, label, 0])
+    count = int(rng.integers(STROKES[0], STROKES[1] + 1))
+    return rng.uniform(0.15, 0.85, size=(count, 3, 2))
+
+
+def instance_points(spec: GlyphSpec, label: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every instance of a class as points along its strokes, (instances, points, 2), with its
+    stroke width, (instances,)."""
+    strokes = class_strokes(spec, label)
+    rng = np.random.default_rng([spec.seed, label, 1])
+    n, d = spec.instances, spec.difficulty
+    control = strokes[None] + rng.normal(0, JITTER * d, size=(n, *strokes.shape))
+    t = np.linspace(0, 1, POINTS)[:, None]
+    p0, p1, p2 = control[:, :, 0, None], control[:, :, 1, None], control[:, :, 2, None]
+    curves = (1 - t) ** 2 * p0 + 2 * (1 - t) * t * p1 + t**2 * p2  # (n, strokes, POINTS, 2)
+    points = curves.reshape(n, -1, 2) - 0.5
+    angle = rng.uniform(-ROTATION * d, ROTATION * d, n)
+    scale = 1 + rng.uniform(-SCALE * d, SCALE * d, n)
+    shear = rng.uniform(-SHEAR * d, SHEAR * d, n)
+    shift = rng.uniform(-TRANSLATION * d, TRANSLATION * d, (n, 1, 2))
+    cos, sin = np.cos(angle), np.sin(angle)
+    rotate = np.stack([np.stack([cos, -sin], -1), np.stack([sin, cos], -1)], -2)
+    shape = np.stack([np.stack([scale, shear], -1), np.stack([0 * scale, scale], -1)], -2)
+    affine = rotate @ shape  # (n, 2, 2)
+    points = points @ affine.transpose(0, 2, 1) + 0.5 + shift
+    width = WIDTH * (1 + rng.uniform(-WIDTH_JITTER * d, WIDTH_JITTER * d, n))
+    return points, width
+
+
+def class_noise(spec: GlyphSpec, label: int) -> np.ndarray:
+    """Standard normal pixel noise of a class's instances, (instances, size, size)."""
+    rng = np.random.default_rng([spec.seed, label, 2])
+    return rng.normal(size=(spec.instances, spec.size, spec.size))
+
+
+def render(points: np.ndarray, width: np.ndarray, size: int) -> np.ndarray:
+    """Strokes as a Gaussian profile around the nearest point: (n, size, size) in [0, 1]."""
+    centres = (torch.arange(size, dtype=torch.float64) + 0.5) / size
+    grid = torch.stack(torch.meshgrid(centres, centres, indexing="xy"), -1).reshape(-1, 2)
+    pts = torch.from_numpy(points)
+    # Exact differences, not the faster matrix-product form, so the pixels are the same anywhere.
+    distances = torch.cdist(
+        grid.expand(len(pts), -1, -1), pts, compute_mode="donot_use_mm_for_euclid_dist"
+    )
+    nearest = distances.amin(dim=2)  # (n, pixels)
+    w = torch.from_numpy(width)[:, None]
+    return torch.exp(-(nearest**2) / (2 * w**2)).reshape(-1, size, size).numpy()
+
+
+def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, size, size) uint8, labels (N,)), class by class, instances in order."""
+    points, widths, labels = [], [], []
+    for label in range(spec.classes):
+        p, w = instance_points(spec, label)
+        points.append(p)
+        widths.append(w)
+        labels.append(np.full(spec.instances, label, dtype=np.int64))
+    # Classes differ in their number of strokes: pad with copies of a glyph's own first point.
+    longest = max(p.shape[1] for p in points)
+    padded = np.concatenate(
+        [np.concatenate([p, p[:, :1].repeat(longest - p.shape[1], 1)], 1) for p in points]
+    )
+    width = np.concatenate(widths)
+    images = np.concatenate(
+        [
+            render(padded[i : i + RENDER_CHUNK], width[i : i + RENDER_CHUNK], spec.size)
+            for i in range(0, len(padded), RENDER_CHUNK)
+        ]
+    )
+    noise = np.concatenate([class_noise(spec, label) for label in range(spec.classes)])
+    images = np.clip(images + NOISE * spec.difficulty * noise, 0, 1)
+    return np.round(images * 255).astype(np.uint8), np.concatenate(labels)
+
+
+def cache_folder() -> Path:
+    """$NNGK_CACHE, else the user's cache folder (never the checkout)."""
+    if os.environ.get("NNGK_CACHE"):
+        return Path(os.environ["NNGK_CACHE"])
+    return Path.home() / ".cache" / "nngk-bench"
+
+
+def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels of a glyphs set, from the cache or generated (and then cached)."""
+    path = cache_folder() / f"{NAME}-{spec.fingerprint()}.npz"
+    if path.is_file():
+        try:
+            with np.load(path) as saved:
+                images, labels = saved["images"], saved["labels"]
+            if images.shape == (spec.classes * spec.instances, spec.size, spec.size):
+                return images, labels
+        except (OSError, ValueError, KeyError):
+            pass  # a damaged cache is generated again
+    count = spec.classes * spec.instances
+    say(f"generating {spec.name()}: {count} images of {spec.size}x{spec.size} into {path}")
+    images, labels = generate(spec)
+    try:
+        atomic_save_npz(path, images=images, labels=labels)
+    except OSError as err:
+        say(f"could not cache {spec.name()} in {path} ({err}); it is generated again next time")
+    return images, labels

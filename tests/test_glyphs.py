@@ -1,0 +1,125 @@
+import hashlib
+
+import numpy as np
+import pytest
+
+from bench.data import glyphs as G
+from bench.data.datasets import check_dataset, load_dataset
+from bench.data.glyphs import GlyphSpec, generate, load_glyphs
+
+SMALL = "glyphs:classes=8,instances=5,size=12"
+PINNED = "83bb77e4acb11250"  # sha1 of the SMALL set's pixels, its first 16 digits
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_parse_names_and_defaults():
+    assert GlyphSpec.parse("glyphs") == GlyphSpec(200, 30, 28, 0, 1.0)
+    spec = GlyphSpec.parse("glyphs:size=16,classes=40,difficulty=0.5")
+    assert spec == GlyphSpec(classes=40, instances=30, size=16, seed=0, difficulty=0.5)
+    assert spec.name() == "glyphs:classes=40,size=16,difficulty=0.5"
+    assert GlyphSpec.parse(spec.name()) == spec and GlyphSpec().name() == "glyphs"
+    assert spec.fingerprint() != GlyphSpec.parse("glyphs:classes=40,size=16").fingerprint()
+
+
+@pytest.mark.parametrize(
+    "name, message",
+    [
+        ("glyphs:colours=3", "bad glyphs parameter 'colours=3'"),
+        ("glyphs:classes", "bad glyphs parameter 'classes'"),
+        ("glyphs:classes=many", "bad value 'many' for glyphs parameter classes"),
+        ("glyphs:classes=2", "glyphs needs classes >= 4"),
+        ("glyphs:difficulty=9", "glyphs needs 0 <= difficulty <= 3"),
+    ],
+)
+def test_bad_names_are_one_line_errors(name, message):
+    with pytest.raises(ValueError, match=message):
+        check_dataset(name)
+
+
+def test_generation_is_deterministic_and_pinned():
+    spec = GlyphSpec.parse(SMALL)
+    images, labels = generate(spec)
+    again, _ = generate(spec)
+    assert images.shape == (40, 12, 12) and images.dtype == np.uint8
+    assert labels.tolist() == [c for c in range(8) for _ in range(5)]
+    assert np.array_equal(images, again)
+    # The exact pixels of this set: a change of the generator must change VERSION too.
+    digest = hashlib.sha1(images.tobytes()).hexdigest()[:16]
+    assert (digest, G.VERSION) == (PINNED, 1)
+
+
+def test_a_class_looks_the_same_whatever_the_number_of_classes():
+    few, _ = generate(GlyphSpec(classes=4, instances=3, size=10))
+    many, _ = generate(GlyphSpec(classes=9, instances=3, size=10))
+    assert np.array_equal(few, many[: len(few)])
+    other_seed, _ = generate(GlyphSpec(classes=4, instances=3, size=10, seed=1))
+    assert not np.array_equal(few, other_seed)
+
+
+def test_instances_vary_and_difficulty_zero_repeats_the_class():
+    images, _ = generate(GlyphSpec(classes=4, instances=3, size=16))
+    assert not np.array_equal(images[0], images[1])  # one class, two instances
+    plain, _ = generate(GlyphSpec(classes=4, instances=3, size=16, difficulty=0))
+    assert np.array_equal(plain[0], plain[1]) and not np.array_equal(plain[0], plain[3])
+    assert plain.max() == 255 and (plain == 0).mean() > 0.3  # strokes on a clear background
+
+
+def test_metric_protocol_is_class_disjoint():
+    data = load_dataset(SMALL, "metric", 0.2)
+    train, val, test = (np.asarray(s.labels) for s in (data.train, data.val, data.test))
+    assert set(train) == set(val) == {0, 1, 2, 3} and set(test) == {4, 5, 6, 7}
+    assert len(train) + len(val) == 20 and len(test) == 20
+    assert data.in_channels == 1 and data.num_train_classes == 4
+    image, label, index = data.train[0]
+    assert image.shape == (1, 12, 12) and 0 <= float(image.min()) <= float(image.max()) <= 1
+    by_classes = load_dataset(SMALL, "metric", 0.2, val_split="classes")
+    assert set(np.asarray(by_classes.val.labels)).isdisjoint(np.asarray(by_classes.train.labels))
+
+
+def test_cache_is_read_back_and_a_damaged_one_is_generated_again(cache, monkeypatch):
+    spec = GlyphSpec.parse(SMALL)
+    images, labels = load_glyphs(spec, say=lambda _: None)
+    (path,) = cache.glob("glyphs-*.npz")
+    assert spec.fingerprint() in path.name
+
+    def no_generation(_):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(G, "generate", no_generation)
+    cached, cached_labels = load_glyphs(spec, say=lambda _: None)
+    assert np.array_equal(cached, images) and np.array_equal(cached_labels, labels)
+    path.write_bytes(b"not an npz")
+    monkeypatch.setattr(G, "generate", generate)
+    messages = []
+    again, _ = load_glyphs(spec, say=messages.append)
+    assert np.array_equal(again, images) and messages[0].startswith("generating " + SMALL)
+
+
+def test_a_run_on_glyphs_says_what_it_does_from_the_start(tmp_path):
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    name = "glyphs:classes=8,instances=10,size=12"
+    args = ["run", "--loss", "contrastive", "--dataset", name, "--dims", "8", "--epochs", "2"]
+    args += ["--results", str(tmp_path / "r")]
+    too_big = CliRunner().invoke(main, args)
+    first = too_big.stderr.splitlines()  # progress and errors go to stderr
+    assert too_big.exit_code == 1 and first[-1] == (
+        f"Error: batch size 64 exceeds the 32 training items of {name}; give a smaller --batch-size"
+    )
+    assert first[0].startswith("1 run(s) into") and first[1].startswith("generating " + name)
+    assert f": the baseline, raw inputs of the {name} test split" in first[2]
+    out = CliRunner().invoke(main, [*args, "--batch-size", "8"])
+    assert out.exit_code == 0, out.output
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    steps = ["loading " + name, "training/validation/test items; building small_cnn", "untrained"]
+    assert all(any(step in line for line in lines) for step in steps)
+    assert "generating" not in out.stderr  # the first attempt cached the images
+    assert [line.split("epoch ")[1][:3] for line in lines if ": epoch " in line] == ["1/2", "2/2"]
+    assert "testing the checkpoint of epoch" in lines[-1] and "map@r=" in out.stdout
