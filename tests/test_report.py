@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -210,3 +211,34 @@ def test_runs_differing_only_in_learning_rate_get_rows_of_their_own(tmp_path):
     table = summarise(load_runs(results)[0])
     rows = dict(zip(table["method"], table["map@r_mean"], strict=True))
     assert rows["nngk, lr=0.001"] == pytest.approx(0.5) and rows["nngk, lr=0"] == pytest.approx(0.7)
+
+
+def test_report_never_overwrites_or_removes_a_file_it_did_not_write(results, tmp_path):
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "README.md").write_text("# My project\n")  # an unrelated folder's README
+    report = ["report", "--results", str(results), "--out", str(out)]
+    first = CliRunner().invoke(main, report)
+    assert first.exit_code == 0 and (out / "README.md").read_text() == "# My project\n"
+    assert f"skipped {out / 'README.md'}: not a file this report wrote" in first.output
+    assert (out / "digits.md").is_file()
+    (out / "digits.csv").write_text("edited by hand")  # a report's file, changed since
+    shutil.rmtree(results / "t64")
+    fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")  # new numbers
+    again = CliRunner().invoke(main, report)
+    assert again.exit_code == 0 and (out / "digits.csv").read_text() == "edited by hand"
+    assert "55.00" in (out / "digits.md").read_text()  # its own unchanged file is rewritten
+    shutil.rmtree(results)
+    CliRunner().invoke(main, report)  # no runs: every table is stale now
+    assert (out / "digits.csv").read_text() == "edited by hand" and not (out / "digits.md").exists()
+
+
+def test_default_report_folder_is_in_results_and_not_read_as_a_run(results):
+    runner = CliRunner()
+    with runner.isolated_filesystem():
+        shutil.copytree(results, "results")
+        for _ in range(2):
+            out = runner.invoke(main, ["report"])
+            assert out.exit_code == 0 and "skipped report" not in out.output
+        assert sorted(p.name for p in Path(".").iterdir()) == ["results"]
+        assert (Path("results") / "report" / "digits.md").is_file()

@@ -13,13 +13,19 @@ from bench.cli.options import DEFAULT_RESULTS
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-@click.option("--out", type=click.Path(path_type=Path), default=Path("reports"), show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_RESULTS / "report",
+    show_default=True,
+    help="Folder of the report; it overwrites and removes only files a report wrote there.",
+)
 def report(results, out):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
-    from bench.report.index import indexed_files, remove_stale
+    from bench.report.manifest import read_manifest, remove_stale
     from bench.report.write import write_report
 
-    previous = indexed_files(out)
+    previous = read_manifest(out)
     written, problems = write_report(results, out)
     for line in problems:
         click.echo(f"skipped {line}", err=True)

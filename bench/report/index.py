@@ -1,9 +1,7 @@
-"""reports/README.md: the index of what a report wrote, and the files an earlier one wrote."""
+"""README.md of a report's folder: the index of the files it wrote and what each kind holds."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from pathlib import Path
 
 from bench.report.classification import CLASSIFICATION
@@ -49,21 +47,3 @@ def index_text(results: Path, groups: dict[str, Files]) -> str:
         return "\n".join([*lines, "No finished runs."]) + "\n"
     lines += ["", "## Files", "", *(f"- `{k}`: {KINDS.get(k, '')}" for k in kinds)]
     return "\n".join(lines) + "\n"
-
-
-def indexed_files(out: Path) -> set[str]:
-    """The files an earlier report indexed in `out`/README.md (none if that is not ours)."""
-    readme = Path(out) / "README.md"
-    text = readme.read_text() if readme.is_file() else ""
-    if not text.startswith(f"{INDEX_TITLE}\n\n{INDEX_GENERATED}"):
-        return set()
-    return set(re.findall(r"\]\(([^)/]+)\)", text))
-
-
-def remove_stale(out: Path, previous: set[str], written: Sequence[Path]) -> list[Path]:
-    """Remove what an earlier report wrote and this one did not (a table whose runs are gone),
-    so that `out` holds one report; files the report never wrote are left alone."""
-    stale = sorted(previous - {p.name for p in written})
-    for name in stale:
-        (Path(out) / name).unlink(missing_ok=True)
-    return [Path(out) / name for name in stale]

@@ -18,6 +18,7 @@ from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.embedding import embedding_files
 from bench.report.index import index_text
+from bench.report.manifest import ours, read_manifest, write_manifest
 from bench.report.run_figures import (
     centres_figure,
     examples_figure,
@@ -29,7 +30,7 @@ from bench.report.run_figures import (
 from bench.report.runs import BASELINE_LOSS, load_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
-from bench.util.atomic import atomic_write_bytes, atomic_write_text
+from bench.util.atomic import atomic_write_bytes
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     embedding_files,
@@ -66,12 +67,16 @@ def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
     groups = {t: _build(t, p, TABLE_BUILDERS, problems) for t, p in parts.items()}
     if len(df):
         groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
-    written = []
-    for files in groups.values():
-        for file_name, data in files.items():
-            atomic_write_bytes(out / file_name, data)
-            written.append(out / file_name)
-    readme = out / "README.md"
-    atomic_write_text(readme, index_text(results, groups))
-    written.append(readme)
-    return written, problems
+    files = {name: data for group in groups.values() for name, data in group.items()}
+    files["README.md"] = index_text(results, groups).encode()
+    previous, written = read_manifest(out), {}
+    for name, data in files.items():
+        if not ours(out / name, previous):
+            problems.append(
+                f"{out / name}: not a file this report wrote, or changed since; left as it is"
+            )
+            continue
+        atomic_write_bytes(out / name, data)
+        written[name] = data
+    write_manifest(out, written)
+    return [out / name for name in written], problems

@@ -17,6 +17,11 @@ EMBEDDINGS = "test_embeddings.npz"
 TRAIN_EMBEDDINGS = "train_embeddings.npz"
 
 
+def is_run(folder: Path) -> bool:
+    """A run folder has its config.json from its start, and its metrics.json at its end."""
+    return (Path(folder) / CONFIG).is_file() or is_finished(folder)
+
+
 def is_finished(run_dir: Path) -> bool:
     return (Path(run_dir) / METRICS).is_file()
 
@@ -40,6 +45,8 @@ def scan_runs(results: Path) -> tuple[list[tuple[Path, dict]], list[str]]:
     if not results.is_dir():
         return runs, problems
     for run_dir in sorted(p for p in results.iterdir() if p.is_dir()):
+        if not is_run(run_dir):  # e.g. the default report folder, cached features
+            continue
         if not is_finished(run_dir):
             problems.append(f"{run_dir.name}: unfinished (no {METRICS})")
             continue
