@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
+from bench.data.datasets import load_dataset
 from bench.evaluation.metrics import METRIC_KEYS, evaluate
 
 FAST = ["--dataset", "digits", "--epochs", "2", "--dims", "16"]
@@ -56,10 +57,17 @@ def test_run_writes_a_complete_run_folder(nngk_run):
         3,
         4,
     }
-    (baseline,) = finished_runs(results, "untrained")
-    assert json.loads((baseline / "metrics.json").read_text())["map@r"] == pytest.approx(
-        0.611, abs=1e-3
-    )
+    raw, network = sorted(finished_runs(results, "untrained"), key=lambda p: "d1024" in p.name)
+    raw_metrics = json.loads((raw / "metrics.json").read_text())
+    assert raw_metrics["features"] == "raw inputs" and raw_metrics["dims"] == 64
+    pixels = load_dataset("digits").test.inputs()
+    labels = np.asarray(load_dataset("digits").test.labels)
+    expected = evaluate(pixels / np.linalg.norm(pixels, axis=1, keepdims=True), labels, seed=0)
+    assert raw_metrics["map@r"] == pytest.approx(expected["map@r"])
+    assert raw_metrics["map@r"] == pytest.approx(0.6056, abs=1e-4)  # 0.6110 before L2
+    net_metrics = json.loads((network / "metrics.json").read_text())
+    assert net_metrics["features"] == "untrained small_cnn (random init)"
+    assert net_metrics["dims"] == 1024 and net_metrics["backbone"] == "small_cnn"
 
 
 def test_metrics_are_what_the_saved_embeddings_give(nngk_run):

@@ -102,7 +102,9 @@ FIGURES = {
         }
     ),
     "pr_curves": lambda: figures.pr_curves({"seen": pr_curve(0), "unseen": pr_curve(1)}),
-    "metrics_vs_dims": lambda: figures.metrics_vs_dims(runs(), ["recall@1", "nmi"], {"nmi": 0.3}),
+    "metrics_vs_dims": lambda: figures.metrics_vs_dims(
+        runs(), ["recall@1", "nmi"], {"raw inputs": {"nmi": 0.3}}
+    ),
     "centre_statistics_hue": lambda: figures.centre_statistics(
         pd.DataFrame(
             {
@@ -283,14 +285,14 @@ def test_metrics_vs_dims_draws_a_row_of_panels_per_variant(monkeypatch):
     monkeypatch.setattr(figures, "png_bytes", lambda fig: drawn.append(fig) or PNG)
     one = runs()
     two = pd.concat([one.assign(variant="BatchNorm"), one.assign(variant="GroupNorm")])
-    figures.metrics_vs_dims(one, ["recall@1", "nmi"], {"nmi": 0.3})
-    figures.metrics_vs_dims(two, ["recall@1", "nmi"], {"nmi": 0.3}, panel="variant")
+    figures.metrics_vs_dims(one, ["recall@1", "nmi"], {"raw inputs": {"nmi": 0.3}})
+    figures.metrics_vs_dims(two, ["recall@1", "nmi"], {"raw inputs": {"nmi": 0.3}}, panel="variant")
     flat, rows = ([ax for ax in fig.axes if ax.get_visible()] for fig in drawn)
     assert len(flat) == 2 and len(rows) == 4
     assert [ax.get_title().splitlines()[-1] for ax in rows] == ["BatchNorm"] * 2 + ["GroupNorm"] * 2
     # One legend for the figure: each method once, and the raw inputs once.
     (legend,) = drawn[1].legends
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels == ["nngk", "triplet", "untrained (raw inputs)"]
+    assert labels == ["nngk", "triplet", "raw inputs"]
     for fig in drawn:
         plt.close(fig)

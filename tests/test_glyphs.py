@@ -114,7 +114,7 @@ def test_a_run_on_glyphs_says_what_it_does_from_the_start(tmp_path):
         f"Error: batch size 64 exceeds the 32 training items of {name}; give a smaller --batch-size"
     )
     assert first[0].startswith("1 run(s) into") and first[1].startswith("generating " + name)
-    assert f": the baseline, raw inputs of the {name} test split" in first[2]
+    assert f": the baseline 'raw inputs' on the {name} test split" in first[2]
     out = CliRunner().invoke(main, [*args, "--batch-size", "8"])
     assert out.exit_code == 0, out.output
     lines = [line for line in out.stderr.splitlines() if line.strip()]

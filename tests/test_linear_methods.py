@@ -245,10 +245,11 @@ def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
     configs = {p: json.loads((p / "config.json").read_text()) for p in tmp_path.iterdir()}
     runs = {c["method"]: p for p, c in configs.items() if "method" in c}
     assert set(runs) == set(METHODS)
-    # and the untrained baseline of the report's table: the raw test pixels
-    (baseline,) = [p for p, c in configs.items() if c.get("loss") == "untrained"]
+    # and the raw-inputs baseline of the report's table: the test pixels, L2-normalised
+    (baseline,) = [p for p, c in configs.items() if c.get("features") == "raw inputs"]
     raw = load_features("digits")
-    expected = evaluate(raw.test, raw.test_labels)["map@r"]
+    unit = raw.test / np.linalg.norm(raw.test, axis=1, keepdims=True)
+    expected = evaluate(unit, raw.test_labels)["map@r"]
     assert json.loads((baseline / "metrics.json").read_text())["map@r"] == pytest.approx(expected)
     for method, run_dir in runs.items():
         metrics = json.loads((run_dir / "metrics.json").read_text())
@@ -269,7 +270,7 @@ def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
     # A second call skips the finished runs.
     again = cli("linear", "--method", "pca", "--dims", "8", "--results", tmp_path)
     assert again.exit_code == 0 and str(runs["pca"]) in again.output
-    assert len(list(tmp_path.iterdir())) == len(METHODS) + 1
+    assert len(list(tmp_path.iterdir())) == len(METHODS) + 2  # and the two baselines
 
 
 def test_linear_command_errors_write_nothing(tmp_path) -> None:
@@ -333,7 +334,11 @@ def test_features_command_on_digits_then_linear(tmp_path) -> None:
     assert out.exit_code == 0, out.output
     (run_dir,) = (tmp_path / "results").glob("*-linear-*")
     assert run_dir.name.startswith("features-") and "-linear-pca-d8-s0-" in run_dir.name
-    (baseline,) = (tmp_path / "results").glob("*-untrained-*")  # the cached features
+    (baseline,) = [  # the cached features as they are
+        p
+        for p in (tmp_path / "results").glob("*-untrained-*")
+        if "raw" in (p / "config.json").read_text()
+    ]
     assert json.loads((baseline / "metrics.json").read_text())["dims"] == features.shape[1]
 
 

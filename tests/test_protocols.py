@@ -119,6 +119,16 @@ def test_cached_images_apply_train_and_eval_transforms(cars, tmp_path):
     assert torch.allclose(x, (raw - mean) / std, atol=1e-6)
 
 
+def test_raw_inputs_of_cached_images_are_their_pixels_area_averaged(cars, tmp_path):
+    table = read_cars196(cars).head(3)
+    cache = build_cache(table["path"].tolist(), None, 16, tmp_path, workers=1)
+    pixels = np.load(cache)[[2, 0]].astype(np.float64) / 255  # (2, 16, 16, 3)
+    data = CachedImages(cache, np.array([2, 0]), np.array([1, 0]), eval_transform(12))
+    assert np.allclose(data.inputs(side=16), pixels.transpose(0, 3, 1, 2).reshape(2, -1))
+    blocks = pixels.reshape(2, 4, 4, 4, 4, 3).mean(axis=(2, 4))  # 4x4 blocks -> 4x4 pixels
+    assert np.allclose(data.inputs(side=4), blocks.transpose(0, 3, 1, 2).reshape(2, -1))
+
+
 def test_image_splits_label_space_and_unseen(tmp_path, monkeypatch):
     monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
     root = make_tinyimagenet(tmp_path, classes=4, train_per_class=6, val_per_class=2)
@@ -165,13 +175,19 @@ def test_metric_protocol_runs_end_to_end_on_a_miniature(cars, loss, tmp_path, mo
         ],
     )
     assert out.exit_code == 0, out.output
-    runs = {p.name.split("-")[1]: p for p in (tmp_path / "r").iterdir()}
+    runs = {
+        p.name.split("-")[1]: p for p in (tmp_path / "r").iterdir() if "untrained" not in p.name
+    }
     metrics = json.loads((runs[loss] / "metrics.json").read_text())
     assert metrics["dataset"] == "cars196" and metrics["dims"] == 8
     saved = np.load(runs[loss] / "test_embeddings.npz")
     assert sorted(set(saved["labels"])) == [3, 4, 5]  # the second half of the classes
-    baseline = json.loads((runs["untrained"] / "metrics.json").read_text())
-    assert baseline["features"] == "small_cnn features" and baseline["dims"] == 64 * 16
+    baselines = [
+        json.loads(p.read_text()) for p in (tmp_path / "r").glob("*untrained*/metrics.json")
+    ]
+    found = sorted((b["features"], b["dims"]) for b in baselines)
+    # Raw inputs: the cached pixels (20x20, under the 32-pixel cap), 3 channels.
+    assert found == [("raw inputs", 3 * 20 * 20), ("untrained small_cnn (random init)", 64 * 16)]
 
 
 def test_folder_dataset_runs_end_to_end(tmp_path, monkeypatch):
@@ -209,7 +225,7 @@ def test_missing_data_is_a_one_line_error_naming_layout_and_source(missing, tmp_
         ["run", "--dataset", dataset, "--data-root", str(root), "--results", str(tmp_path / "r")],
     )
     assert out.exit_code != 0
-    lines = out.output.strip().splitlines()
+    lines = [line for line in out.output.strip().splitlines() if "run(s) into" not in line]
     assert len(lines) == 1 and lines[0].startswith("Error: "), out.output
     assert (missing or "cars_annos.mat") in lines[0]
     assert ("caltech" if missing else "stanford") in lines[0].lower()

@@ -20,6 +20,8 @@ def fake_run(results, name, loss, dims, seed, value, miner=None):
     metrics.update(dataset="digits", loss=loss, miner=miner, dims=dims, seed=seed)
     if loss != "untrained":
         metrics["untrained_network"] = {k: value / 2 for k in KEYS}
+    else:  # the raw inputs, as a baseline recorded them before it named itself
+        metrics["backbone"] = "none"
     atomic_write_json(results / name / "metrics.json", metrics)
 
 
@@ -42,7 +44,7 @@ def test_summary_is_mean_and_std_over_seeds_with_baseline_first(results):
     df, problems = load_runs(results)
     assert sorted(p.split(":")[0] for p in problems) == ["corrupt", "half"]
     table = summarise(df)
-    assert table["method"].tolist()[0] == "untrained (raw inputs)"
+    assert table["method"].tolist()[0] == "raw inputs"
     row = table[(table["method"] == "nngk") & (table["dims"] == 64)].iloc[0]
     assert row["runs"] == 2
     assert row["map@r_mean"] == pytest.approx(0.75)
@@ -75,7 +77,7 @@ def test_report_writes_table_csv_plot_and_index(results, tmp_path):
         "MAP@R at init",
         "runs",
     ]
-    assert "untrained (raw inputs)" in lines[2]
+    assert "raw inputs" in lines[2]
     nngk64 = next(line for line in lines if line.startswith("| nngk ") and " 64 " in line)
     assert "75.00 ± 7.07" in nngk64 and nngk64.rstrip("| ").endswith("2")
     assert "37.50 ± 3.54" in nngk64  # the networks before training
@@ -242,3 +244,41 @@ def test_default_report_folder_is_in_results_and_not_read_as_a_run(results):
             assert out.exit_code == 0 and "skipped report" not in out.output
         assert sorted(p.name for p in Path(".").iterdir()) == ["results"]
         assert (Path("results") / "report" / "digits.md").is_file()
+
+
+def test_every_table_states_its_setup_and_both_baselines_come_first(results, tmp_path):
+    for name, label, dims in (("raw", "raw inputs", 784), ("net", "untrained small_cnn", 1024)):
+        fake_run(results, name, "untrained", dims, 0, 0.3)
+        metrics = json.loads((results / name / "metrics.json").read_text())
+        atomic_write_json(results / name / "metrics.json", {**metrics, "features": label})
+    setup = dict(backbone="small_cnn", pretrained="none", input_size="1x28x28", epochs=10)
+    setup.update(batch_size=64, sampler="16 classes x 4", optimizer="SGD (momentum 0.9)", lr=0.001)
+    for run in ("n64s0", "n64s1", "n512", "t64"):
+        metrics = json.loads((results / run / "metrics.json").read_text())
+        atomic_write_json(results / run / "metrics.json", {**metrics, **setup})
+    write_report(results, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    assert text.splitlines()[2] == (
+        "Setup: backbone small_cnn; weights random init; input 1x28x28; epochs 10; batch 64; "
+        "sampler 16 classes x 4; optimizer SGD (momentum 0.9); lr 0.001; seeds 2."
+    )
+    csv = pd.read_csv(tmp_path / "rep" / "digits.csv")
+    assert csv["method"].tolist()[:3] == ["raw inputs", "raw inputs", "untrained small_cnn"]
+    nngk = csv[(csv["method"] == "nngk") & (csv["dims"] == 64)].iloc[0]
+    assert (nngk["backbone"], nngk["input"], nngk["lr"], nngk["seeds"]) == (
+        "small_cnn",
+        "1x28x28",
+        0.001,
+        2,
+    )
+    assert csv.loc[0, "input"] == "-"  # the old baseline did not record its input
+
+
+def test_baselines_of_earlier_versions_are_named_by_what_they_recorded(results):
+    fake_run(results, "img", "untrained", 1024, 0, 0.4)
+    metrics = json.loads((results / "img" / "metrics.json").read_text())
+    old = {**metrics, "features": "googlenet features", "backbone": "googlenet"}
+    atomic_write_json(results / "img" / "metrics.json", {**old, "pretrained": "imagenet"})
+    df, _ = load_runs(results)
+    names = set(df.loc[df["loss"] == "untrained", "method"])
+    assert names == {"raw inputs", "untrained googlenet (ImageNet)"}

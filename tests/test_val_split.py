@@ -44,8 +44,9 @@ def test_the_default_keeps_every_earlier_run_name():
 def test_class_validation_outside_the_metric_protocol_is_a_one_line_error(tmp_path):
     args = ["run", "--protocol", "classify", "--val-split", "classes", "--results", tmp_path]
     out = CliRunner().invoke(main, [str(a) for a in args])
-    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
-    assert "applies to the metric protocol only" in out.output
+    errors = [line for line in out.output.splitlines() if line.startswith("Error")]
+    assert out.exit_code == 1 and errors == out.output.strip().splitlines()[-1:]
+    assert "applies to the metric protocol only" in errors[0] and "Traceback" not in out.output
     assert not list(tmp_path.iterdir())
 
 

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+RAW_SIDE = 32  # the raw-inputs baseline of an image data set: pixels area-averaged to this side
 
 
 def load_image(path: str, box: tuple[float, float, float, float] | None, size: int) -> np.ndarray:
@@ -106,6 +107,19 @@ class CachedImages(Dataset):
             self._array = np.load(self.cache, mmap_mode="r")
         pixels = torch.from_numpy(np.array(self._array[self.rows[i]])).permute(2, 0, 1)
         return self.transform(pixels), int(self.labels[i]), i
+
+    def inputs(self, side: int = RAW_SIDE, chunk: int = 256) -> np.ndarray:
+        """The cached pixels in [0, 1], area-averaged to at most side x side, flattened: the
+        raw-inputs baseline (a 224-pixel image as given would have 150,528 dimensions)."""
+        array = np.load(self.cache, mmap_mode="r")
+        parts = []
+        for start in range(0, len(self.rows), chunk):
+            pixels = torch.from_numpy(np.array(array[self.rows[start : start + chunk]]))
+            pixels = pixels.permute(0, 3, 1, 2).float() / 255
+            if pixels.shape[-1] > side:
+                pixels = torch.nn.functional.interpolate(pixels, size=(side, side), mode="area")
+            parts.append(pixels.flatten(1).numpy())
+        return np.concatenate(parts) if parts else np.zeros((0, 3 * side * side), np.float32)
 
     def __getstate__(self):
         return {**self.__dict__, "_array": None}

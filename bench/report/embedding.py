@@ -8,7 +8,8 @@ import pandas as pd
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.report import figures
 from bench.report.reference import reference_rows
-from bench.report.runs import BASELINE_LOSS, RAW_BASELINE, setting_labels, trained_runs
+from bench.report.runs import BASELINE_LOSS, setting_labels, trained_runs
+from bench.report.setup import setup_columns, setup_line
 from bench.report.table_format import (
     COLUMNS,
     FLOAT,
@@ -32,12 +33,14 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     table = grouped[[*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]].agg(["mean", "std"])
     table.columns = [f"{m}_{s}" for m, s in table.columns]
     table["runs"] = grouped.size()
-    table = table.reset_index().rename(columns={"name": "method"})
-    table["_order"] = (table["method"] != RAW_BASELINE).astype(int)
+    table = table.reset_index().merge(setup_columns(df, ["name", "dims"]), on=["name", "dims"])
+    table = table.rename(columns={"name": "method"})
+    baselines = set(df.loc[df["loss"] == BASELINE_LOSS, "name"])
+    table["_order"] = (~table["method"].isin(baselines)).astype(int)
     return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
 
 
-def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
+def markdown_table(summary: pd.DataFrame, dataset: str, setup: str = "") -> str:
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     keys = (*METRIC_KEYS, *extra, "init_map@r")
     rows = [
@@ -59,9 +62,12 @@ def markdown_table(summary: pd.DataFrame, dataset: str) -> str:
     ]
     return (
         f"# {dataset}: embedding results on the test split\n\n"
-        "Metrics x100, mean ± std over seeds (runs = number of seeds). The untrained row "
-        "evaluates the raw test inputs; MAP@R at init is each run's network before any "
-        "training, evaluated the same way.\n\n" + github_table(rows, headers)
+        + (f"{setup}\n\n" if setup else "")
+        + "Metrics x100, mean ± std over seeds (runs = number of runs). Baselines: raw inputs "
+        "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
+        "most 32x32) and the untrained network (the backbone's features before any metric "
+        "training, L2-normalised). MAP@R at init is each run's own network before training, "
+        "evaluated the same way.\n\n" + github_table(rows, headers)
     )
 
 
@@ -100,11 +106,13 @@ def paper_markdown(papers: pd.DataFrame) -> str:
 
 
 def dims_figure(part: pd.DataFrame) -> bytes:
-    """R@1 and NMI against embedding size, a line per method, the raw inputs dashed
+    """R@1 and NMI against embedding size, a line per method, the baselines as grey lines
     (seed 000 Fig. 2a/b)."""
     trained, baseline = trained_runs(part), part[part["loss"] == BASELINE_LOSS]
     data = trained if len(trained) else part
-    lines = {k: baseline[k].mean() for k in ("recall@1", "nmi")} if len(trained) else {}
+    metrics = ["recall@1", "nmi"]
+    lines = baseline.groupby("method", sort=True)[metrics].mean() if len(trained) else []
+    lines = {label: dict(values) for label, values in lines.iterrows()} if len(lines) else {}
     # Settings that vary (backbone, validation split, ...) get a row of panels each.
     variant = setting_labels(data)
     if variant.nunique() > 1:
@@ -118,7 +126,9 @@ def embedding_files(part: pd.DataFrame, table: str) -> Files:
     summary = summarise(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
     files = {
-        f"{table}.md": (markdown_table(summary, table) + paper_markdown(papers)).encode(),
+        f"{table}.md": (
+            markdown_table(summary, table, setup_line(part)) + paper_markdown(papers)
+        ).encode(),
         f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
         f"{table}.png": dims_figure(part),
     }

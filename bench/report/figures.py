@@ -168,17 +168,18 @@ def mprec_curves(df: pd.DataFrame) -> bytes:
         return png_bytes(fig)
 
 
-RAW_INPUTS = "untrained (raw inputs)"
+BASELINE_STYLES = ("--", ":", "-.")
 
 
 def metrics_vs_dims(
     df: pd.DataFrame,
     metrics: Sequence[str],
-    baselines: Mapping[str, float] | None = None,
+    baselines: Mapping[str, Mapping[str, float]] | None = None,
     panel: str | None = None,
 ) -> bytes:
     """A panel per metric against embedding size, a line per method (mean and sd over the
-    rows of a method and size), one legend for all; a dashed line at each given baseline.
+    rows of a method and size), one legend for all; a grey line at each baseline (its label
+    -> metric -> value), dashed, dotted, then dash-dotted.
     With `panel`, a row of such panels per value of that column (e.g. a backbone and
     validation split), so that the lines of one panel stay few enough to read."""
     _require(df, ["method", "dims", *metrics, *([panel] if panel else [])])
@@ -190,9 +191,11 @@ def metrics_vs_dims(
             row = axes[i * len(metrics) : (i + 1) * len(metrics)]
             for ax, metric in zip(row, metrics, strict=True):
                 _lines(ax, part, "dims", metric, "method", order)
-                baseline = (baselines or {}).get(metric)
-                if baseline is not None and not pd.isna(baseline):
-                    ax.axhline(baseline, color="gray", linestyle="--", label=RAW_INPUTS)
+                for (label, values), style in zip(
+                    (baselines or {}).items(), BASELINE_STYLES, strict=False
+                ):
+                    if not pd.isna(values.get(metric, np.nan)):
+                        ax.axhline(values[metric], color="gray", linestyle=style, label=label)
                 _log2_axis(ax, df["dims"].unique())
                 title = f"{_label(metric)} against embedding size"
                 ax.set(ylabel=_label(metric), title=f"{title}\n{value}" if value else title)

@@ -16,7 +16,7 @@ from bench.runs.config import RunConfig
 from bench.util.names import safe_name
 
 BASELINE_LOSS = "untrained"
-RAW_BASELINE = f"{BASELINE_LOSS} (raw inputs)"
+RAW_BASELINE = "raw inputs"
 # Settings that new runs record in metrics.json; older runs have them in config.json only.
 SETTINGS = (
     "backbone",
@@ -27,6 +27,7 @@ SETTINGS = (
     "val_split",
     "lr",
     "epochs",
+    "batch_size",
 )
 
 
@@ -92,9 +93,22 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
     if len(df):
         df["miner"] = df.get("miner", pd.Series([None] * len(df))).fillna("")
         df["method"] = df["loss"] + df["miner"].map(lambda m: f" ({m})" if m else "")
-        df.loc[df["loss"] == BASELINE_LOSS, "method"] = RAW_BASELINE
+        base = df["loss"] == BASELINE_LOSS
+        df.loc[base, "method"] = df[base].apply(baseline_label, axis=1)
         df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
     return df, problems
+
+
+def baseline_label(run: pd.Series) -> str:
+    """'raw inputs' or 'untrained <backbone> (<weights>)', as the run recorded it; runs of
+    earlier versions recorded only their backbone ('none' for the raw inputs)."""
+    recorded = run.get("features")
+    if isinstance(recorded, str) and not recorded.endswith(" features"):
+        return recorded
+    if run.get("backbone") in (None, "none") or pd.isna(run.get("backbone")):
+        return RAW_BASELINE
+    weights = {"none": "random init", "imagenet": "ImageNet"}.get(run["pretrained"], "weights")
+    return f"untrained {run['backbone']} ({weights})"
 
 
 def with_baselines(df: pd.DataFrame) -> pd.DataFrame:
@@ -127,6 +141,7 @@ def setting_text(column: str, value: object) -> str:
         "param_learn_weights": lambda v: "learned weights" if v else "fixed weights",
         "val_split": lambda v: f"validated on held-out {v}",
         "lr": lambda v: f"lr={format_value(v)}",
+        "batch_size": lambda v: f"batch {format_value(v)}",
         "epochs": lambda v: f"{format_value(v)} epochs",
     }
     if column in texts:

@@ -1,22 +1,25 @@
-"""The untrained baseline of a data set: its test split embedded before any metric training."""
+"""The baselines of a data set: its raw test inputs, and its test split through the untrained
+network, each evaluated like a run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from bench.data.datasets import DataSplits
 from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig
-from bench.train.loaders import load_data
+from bench.train.loaders import input_size, load_data
 from bench.util.atomic import atomic_save_npz, atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
+
+BASELINE = "untrained"  # the loss name of both baseline rows
 
 
 def run_summary(cfg: RunConfig, **extra) -> dict:
@@ -35,48 +38,85 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "val_split": cfg.val_split,
         "preset": cfg.preset,
         "epochs": cfg.epochs,
+        "batch_size": cfg.batch_size,
+        "optimizer": f"SGD (momentum {cfg.momentum:g}, weight decay {cfg.weight_decay:g})",
+        "lr": cfg.lr,
         **extra,
     }
 
 
-def baseline_features(cfg: RunConfig, data: DataSplits, device: torch.device):
-    """The untrained embedding of the test split: raw inputs where they are small vectors,
-    else the backbone's features (with its pretrained weights) before any metric training."""
-    if hasattr(data.test, "inputs"):
-        return data.test.inputs(), "raw inputs", "none", "none"
-    seed_everything(cfg.seed)
-    model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
-    features, _ = embed(model, data.test, device, features=True, workers=cfg.workers)
-    return features.numpy(), f"{cfg.backbone} features", cfg.backbone, cfg.pretrained
+def weights_label(pretrained: str) -> str:
+    """'random init', 'ImageNet', or the name of a local weights file."""
+    if pretrained == "none":
+        return "random init"
+    return "ImageNet" if pretrained == "imagenet" else Path(pretrained).name
 
 
-def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = None) -> Path:
-    """The untrained baseline of a run's data set and backbone, evaluated like any run."""
-    device = device or default_device()
-    data = load_data(cfg)
-    features, kind, backbone, pretrained = baseline_features(cfg, data, device)
-    base = RunConfig(
+def l2_normalised(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
+    """A baseline's identity: the run's data, split and input settings; no training."""
+    return RunConfig(
         dataset=cfg.dataset,
         protocol=cfg.protocol,
-        loss="untrained",
-        dims=features.shape[1],
-        backbone=backbone,
-        pretrained=pretrained,
+        loss=BASELINE,
+        dims=dims,
         epochs=0,
         resize=cfg.resize,
         crop=cfg.crop,
         val_fraction=cfg.val_fraction,
+        val_split=cfg.val_split,
         data_root=cfg.data_root,
+        workers=cfg.workers,
+        **settings,
     )
+
+
+def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = None) -> list[Path]:
+    """The two baseline rows of every table, L2-normalised and evaluated like any run: the raw
+    test inputs (pixels or feature vectors, flattened), and the test split through the run's
+    backbone before any metric training (its seeded random init, or its pretrained weights)."""
+    device = device or default_device()
+    data = load_data(cfg)
+    labels = np.asarray(data.test.labels)
+    raw = data.test.inputs()
+    raw_cfg = baseline_config(cfg, raw.shape[1], backbone="none", embedding="inputs")
+    given = dict(labels=labels, results=results, inputs=input_size(data))
+    runs = [write_baseline(raw_cfg, "raw inputs", lambda: raw, **given)]
+    seed_everything(cfg.seed)
+    model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
+    settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
+    net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
+    label = f"untrained {cfg.backbone} ({weights_label(cfg.pretrained)})"
+
+    def features() -> np.ndarray:
+        return embed(model, data.test, device, features=True, workers=cfg.workers)[0].numpy()
+
+    runs.append(write_baseline(net_cfg, label, features, **given))
+    return runs
+
+
+def write_baseline(
+    base: RunConfig,
+    label: str,
+    features: Callable[[], np.ndarray],
+    labels: np.ndarray,
+    results: Path,
+    inputs: str,
+) -> Path:
+    """A baseline's run folder, evaluated unless it is finished already."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         return run_dir
-    log.info(f"{run_dir.name}: the baseline, {kind} of the {cfg.dataset} test split")
-    labels = np.asarray(data.test.labels)
-    record = {**base.to_dict(), "features": kind, "versions": package_versions()}
+    log.info(f"{run_dir.name}: the baseline {label!r} on the {base.dataset} test split")
+    embeddings = l2_normalised(features())
+    record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
-    metrics = evaluate(features, labels, seed=base.seed)
-    atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=features, labels=labels)
-    metrics.update(run_summary(base, features=kind))
+    metrics = evaluate(embeddings, labels, seed=base.seed)
+    atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=embeddings, labels=labels)
+    metrics.update(run_summary(base, features=label, input_size=inputs))
     atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

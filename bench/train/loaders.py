@@ -20,6 +20,20 @@ def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
     return batch_size
 
 
+def input_size(data: DataSplits) -> str:
+    """What the network is given, e.g. '1x28x28' (channels x height x width) or '4096'."""
+    return "x".join(str(n) for n in data.test[0][0].shape) if len(data.test) else ""
+
+
+def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
+    """How training batches are drawn, e.g. '16 classes x 4' or 'random'."""
+    if not loss.class_balanced:
+        return "random"
+    labels = np.asarray(data.train.labels)
+    m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+    return f"{cfg.batch_size // m} classes x {m}"
+
+
 def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -> DataLoader:
     """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
     labels = np.asarray(data.train.labels)

@@ -20,7 +20,7 @@ from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig
 from bench.train.baseline import run_summary
-from bench.train.loaders import epoch_loader, load_data
+from bench.train.loaders import epoch_loader, input_size, load_data, sampler_text
 from bench.util.atomic import (
     atomic_save_npz,
     atomic_torch_save,
@@ -254,6 +254,8 @@ class Trainer:
                 best_epoch=best["epoch"],
                 untrained_network=progress["untrained_network"],
                 loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
+                input_size=input_size(self.data),
+                sampler=sampler_text(self.cfg, self.loss, self.data),
             )
         )
         atomic_write_json(self.run_dir / store.METRICS, metrics)
