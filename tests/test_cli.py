@@ -297,7 +297,15 @@ def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
     monkeypatch.setattr("bench.cli.suite.run_all", lambda configs, *_: planned.extend(configs))
     assert cli("suite").exit_code == 0
     assert len(planned) == 9 * 2 * 3  # losses (triplet with 3 miners), dims 64 and 512, seeds
-    assert {(c.backbone, c.lr, c.val_split) for c in planned} == {("small_cnn", 1e-3, "images")}
+    assert {(c.dataset, c.backbone, c.val_split) for c in planned} == {
+        ("glyphs", "small_cnn", "images")
+    }
+    # The glyphs preset's learning rates, chosen per loss on validation.
+    assert {(c.loss, c.lr) for c in planned if c.lr != 0.01} == {("nngk", 1e-3), ("npair", 1e-3)}
+    planned.clear()
+    assert cli("suite", "--dataset", "digits").exit_code == 0
+    assert {(c.dataset, c.lr) for c in planned} == {("digits", 1e-3)}
+    assert cli("suite", "--dataset", "cub").exit_code == 1
     planned.clear()
     args = "suite --backbone small_cnn_gn --lr 0 --val-split classes --dims 16 --seed 0"
     assert cli(*args.split()).exit_code == 0

@@ -56,9 +56,10 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
 @click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
 @click.option(
     "--dataset",
-    default="digits",
+    default="glyphs",
     show_default=True,
-    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+    help="glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
+    "folder:PATH or features:PATH.npz.",
 )
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default="metric", show_default=True)
 @click.option(

@@ -8,10 +8,12 @@ import click
 
 from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, parse_ints
 from bench.cli.run import run_all
+from bench.data.datasets import check_dataset
+from bench.data.glyphs import is_glyphs
 from bench.data.splits import VAL_SPLITS
 from bench.train.presets import PRESETS, make_configs
 
-# The seven core losses, triplet with each miner: the digits suite that CI and reports/ run.
+# The seven core losses, triplet with each miner: the suite that CI and reports/ run.
 SUITE = (
     ("nngk", {}),
     ("softmax", {}),
@@ -35,9 +37,15 @@ SEED003_SUITE = (
 
 
 @click.command()
+@click.option(
+    "--dataset",
+    default="glyphs",
+    show_default=True,
+    help="A built-in set: glyphs (or glyphs:classes=N,...) or digits.",
+)
 @click.option("--dims", default=None, help="Default: 64,512 (seed003: 64, GAP its own size).")
 @click.option("--seed", default="0,1,2", show_default=True)
-@click.option("--epochs", type=POSITIVE, default=None, help="Default: the digits preset's.")
+@click.option("--epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
 @click.option(
     "--preset",
     type=click.Choice(sorted(PRESETS)),
@@ -49,15 +57,21 @@ SEED003_SUITE = (
     "--backbone",
     type=click.Choice(["small_cnn", "small_cnn_gn"]),
     default=None,
-    help="Default: the digits preset's (small_cnn).",
+    help="Default: the data set's preset (small_cnn).",
 )
-@click.option("--lr", type=NON_NEGATIVE, default=None, help="Default: the digits preset's.")
+@click.option("--lr", type=NON_NEGATIVE, default=None, help="Default: the data set's preset.")
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-def suite(dims, seed, epochs, preset, val_split, backbone, lr, results):
-    """The seven core losses (triplet with each miner) on digits: the comparison in reports/.
-    With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+def suite(dataset, dims, seed, epochs, preset, val_split, backbone, lr, results):
+    """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
+    reports/. With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+    if dataset != "digits" and not is_glyphs(dataset):
+        raise click.ClickException(f"suite runs on glyphs or digits; got {dataset!r}")
+    try:
+        check_dataset(dataset)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     if preset:
         # A GAP embedding has its layer's size: --dims applies to the FC runs only.
         plan = [(loss, p, emb) for loss, p in SEED003_SUITE for emb in ("fc", "gap")]
@@ -69,7 +83,7 @@ def suite(dims, seed, epochs, preset, val_split, backbone, lr, results):
         for loss, params, embedding in plan
         for s in parse_ints(seed, "--seed")
         for c in make_configs(
-            "digits",
+            dataset,
             loss,
             None if embedding == "gap" else parse_ints(dims, "--dims"),
             params,
