@@ -152,10 +152,13 @@ def setting_text(column: str, value: object) -> str:
 
 
 def _varying(df: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, pd.Index]]:
-    """(column, rows to label): a setting that takes several values among the trained runs
-    labels them all; a loss parameter that does within a loss and size labels that loss."""
+    """(column, rows to label): a setting that takes several values among the trained runs of
+    one method labels them all (one that differs only from method to method, as a preset's
+    learning rate per loss, is in the setup instead); a loss parameter that does within a
+    loss and size labels that loss."""
     trained = df[df["loss"] != BASELINE_LOSS]
-    found = [(c, trained.index) for c in SETTINGS if c in df and trained[c].nunique() > 1]
+    by_method = trained.groupby("method")
+    found = [(c, trained.index) for c in SETTINGS if c in df and (by_method[c].nunique() > 1).any()]
     for column in sorted(c for c in df.columns if c.startswith("param_")):
         for _, runs in trained.groupby("loss", sort=True):
             if (runs.groupby("dims")[column].nunique() > 1).any():
