@@ -152,6 +152,8 @@ def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):
     assert "| nngk " in measured and "paper:" not in measured
     ours = next(line for line in published.splitlines() if "| Ours " in line and " 1024 " in line)
     assert "paper: Meyer et al. 2018, Table 1" in ours and "79.65" in ours and "65.30" in ours
+    semihard = next(line for line in published.splitlines() if "| Semi-hard " in line)
+    assert "| not stated " in semihard and "| googlenet " in ours  # each row's own setup
     papers = pd.read_csv(out / "cars196-paper.csv")
     assert (
         len(papers[(papers["paper"] == "Meyer et al. 2018") & (papers["table"] == "Table 1")]) == 11

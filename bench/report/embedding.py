@@ -76,8 +76,9 @@ def paper_table(dataset: str, protocol: str) -> pd.DataFrame:
     ref = reference_rows(dataset, protocol)
     if not len(ref):
         return ref
-    ref = ref.assign(dims=ref["dims"].astype("string").fillna(""))
-    keys = ["paper", "table", "method", "dims", "setting"]
+    backbone = ref["backbone"].fillna("").replace("", "not stated")
+    ref = ref.assign(dims=ref["dims"].astype("string").fillna(""), backbone=backbone)
+    keys = ["paper", "table", "method", "backbone", "dims", "setting"]
     wide = ref.pivot_table(index=keys, columns="metric", values="value", aggfunc="first")
     order = [m for m in (*METRIC_KEYS, "accuracy", "far", "frr") if m in wide.columns]
     return wide[order].reset_index()
@@ -86,22 +87,25 @@ def paper_table(dataset: str, protocol: str) -> pd.DataFrame:
 def paper_markdown(papers: pd.DataFrame) -> str:
     if not len(papers):
         return ""
-    metrics = [
-        c for c in papers.columns if c not in ("paper", "table", "method", "dims", "setting")
-    ]
+    keys = ("paper", "table", "method", "backbone", "dims", "setting")
+    metrics = [c for c in papers.columns if c not in keys]
     rows = [
         [
             f"paper: {r['paper']}, {r['table']}",
             r["method"],
+            r["backbone"],
             r["dims"],
             r["setting"],
             *(percent(r[m]) for m in metrics),
         ]
         for _, r in papers.iterrows()
     ]
-    headers = ["source", "method", "dims", "setting", *(COLUMNS.get(m, m) for m in metrics)]
-    return "\n## Published numbers (from the papers, not measured here)\n\n" + github_table(
-        rows, headers
+    headers = ["source", "method", "backbone", "dims", "setting"]
+    headers += [COLUMNS.get(m, m) for m in metrics]
+    return (
+        "\n## Published numbers (from the papers, not measured here)\n\n"
+        "Each paper's own setup (its backbone, input and training) is not the one above.\n\n"
+        + github_table(rows, headers)
     )
 
 
