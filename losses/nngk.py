@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from bench.util.knn import knn, search
+from bench.util.progress import log
 from losses.base import BenchLoss
 from losses.registry import register_loss
 
@@ -77,6 +78,10 @@ class NNGKLoss(BenchLoss):
             )
         self.sigma = float(sigma)
         self.k = min(int(k), num_train - 1)
+        if self.k < k:
+            log.warning(
+                f"NNGK: k={k} exceeds the {num_train - 1} other training items; using k={self.k}"
+            )
         self.refresh_interval = int(update_interval)
         self.log_weights = nn.Parameter(torch.zeros(num_train), requires_grad=learn_weights)
         self.register_buffer("centres", torch.zeros(num_train, dims))

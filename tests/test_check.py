@@ -73,3 +73,26 @@ def test_variants_of_a_loss_are_checked_apart(tmp_path):
         "nngk, validated on held-out images": 0.75,
         "nngk, validated on held-out classes": 0.20,
     }
+
+
+def test_check_never_passes_with_nothing_checked(tmp_path):
+    baseline = tmp_path / "baseline.csv"
+    empty = check("--baseline", baseline, "--results", tmp_path / "none", "--update")
+    assert empty.exit_code == 1 and not baseline.exists()
+    assert empty.output.strip() == (
+        f"Error: no finished runs in {tmp_path / 'none'}; {baseline} is left as it is"
+    )
+    results = make_results(tmp_path)
+    baseline.write_text("table,method,dims,metric,value,runs\n")
+    out = check("--baseline", baseline, "--results", results)
+    assert out.exit_code == 1 and "has no rows; write it with `check --update`" in out.output
+    lines = ["digits,nngk,64,map@r,0.75,2", "digits,nngk,64,nmi,lots,2"]
+    baseline.write_text("table,method,dims,metric,value,runs\n" + "\n".join(lines) + "\n")
+    out = check("--baseline", baseline, "--results", results)
+    assert out.output.strip() == f"Error: baseline {baseline}, line 3: the value is not a number"
+    baseline.write_text("table,method,dims,metric,value,runs\n" + lines[0] + "\n")
+    assert check("--baseline", baseline, "--results", results).exit_code == 0
+    nan = check("--baseline", baseline, "--results", results, "--tolerance", "nan")
+    assert nan.exit_code == 1 and "--tolerance must be a number >= 0; got nan" in nan.output
+    baseline.write_text("table,method,dims,metric,value,runs\ndigits,nngk,64,map@r,nan,2\n")
+    assert "line 2: the value is not a number" in check("--baseline", baseline).output

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from click.testing import CliRunner
 
 from bench.cli import main
@@ -313,3 +314,14 @@ def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
     assert {(c.backbone, c.lr, c.val_split, c.dims) for c in planned} == {
         ("small_cnn_gn", 0.0, "classes", 16)
     }
+
+
+def test_a_device_torch_does_not_know_or_cannot_use_is_a_one_line_error(tmp_path):
+    unknown = cli("run", "--device", "foo", "--results", tmp_path)
+    assert unknown.exit_code == 1 and unknown.output.strip() == (
+        "Error: unknown --device 'foo'; expected cpu, cuda or cuda:N"
+    )
+    if not torch.cuda.is_available():
+        cuda = cli("run", "--device", "cuda", "--results", tmp_path)
+        assert cuda.exit_code == 1 and "CUDA is not available on this machine" in cuda.output
+    assert not any(tmp_path.iterdir())

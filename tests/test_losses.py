@@ -183,6 +183,13 @@ def test_nngk_rejects_parameters_out_of_range(params):
         losses.build_loss("nngk", params, num_train=10, num_classes=2, dims=2)
 
 
+def test_nngk_says_when_k_exceeds_the_training_set(caplog):
+    with caplog.at_level("WARNING", logger="nngk-bench"):
+        loss = losses.build_loss("nngk", {"k": 100}, num_train=10, num_classes=2, dims=2)
+    assert loss.k == 9
+    assert caplog.messages == ["NNGK: k=100 exceeds the 9 other training items; using k=9"]
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
     loss, centres, centre_labels = make_nngk(dtype)

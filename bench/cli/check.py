@@ -31,11 +31,11 @@ def check(baseline, results, tolerance, update):
     """Compare the runs' metrics with a baseline; exit non-zero on a regression."""
     from bench.report.check import regressions, write_baseline
 
-    if update:
-        means = write_baseline(results, baseline)
-        click.echo(f"{baseline}: {len(means)} values from {results}")
-        return
     try:
+        if update:
+            means = write_baseline(results, baseline)
+            click.echo(f"{baseline}: {len(means)} values from {results}")
+            return
         problems = regressions(results, baseline, tolerance)
     except ValueError as err:
         raise click.ClickException(str(err)) from None

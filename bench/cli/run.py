@@ -174,9 +174,8 @@ def run(
         raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
     seeds = parse_ints(seed, "--seed")
-    import torch
 
-    dev = torch.device(device) if device else None
+    dev = checked_device(device)
     overrides = dict(
         epochs=epochs,
         batch_size=batch_size,
@@ -208,6 +207,27 @@ def run(
         )
     ]
     run_all(configs, results, force, dev)
+
+
+def checked_device(name: str | None):
+    """The --device as a torch device (None: CUDA when present); a one-line error for a name
+    torch does not know or for CUDA on a machine without it."""
+    import torch
+
+    if name is None:
+        return None
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise click.ClickException(
+            f"unknown --device {name!r}; expected cpu, cuda or cuda:N"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.ClickException(
+            f"--device {name}: CUDA is not available on this machine; use --device cpu or leave "
+            "--device out"
+        )
+    return device
 
 
 def run_all(configs: list, results: Path, force: bool, device) -> None:

@@ -27,6 +27,8 @@ def current_means(results: Path) -> pd.DataFrame:
 
 def write_baseline(results: Path, path: Path) -> pd.DataFrame:
     means = current_means(results)
+    if not len(means):
+        raise ValueError(f"no finished runs in {results}; {path} is left as it is")
     atomic_write_text(path, means.to_csv(index=False, float_format="%.6f"))
     return means
 
@@ -40,6 +42,15 @@ def regressions(results: Path, baseline: Path, tolerance: float) -> list[str]:
     missing_cols = {*KEYS, "metric", "value"} - set(expected.columns)
     if missing_cols:
         raise ValueError(f"baseline {baseline} lacks columns: {', '.join(sorted(missing_cols))}")
+    if not len(expected):
+        raise ValueError(f"baseline {baseline} has no rows; write it with `check --update`")
+    values = pd.to_numeric(expected["value"], errors="coerce")
+    if values.isna().any():
+        line = int(values.isna().to_numpy().argmax()) + 2  # the header is line 1
+        raise ValueError(f"baseline {baseline}, line {line}: the value is not a number")
+    if not tolerance >= 0:  # also NaN
+        raise ValueError(f"--tolerance must be a number >= 0; got {tolerance}")
+    expected = expected.assign(value=values)
     now = current_means(results).set_index([*KEYS, "metric"])["value"]
     problems = []
     for row in expected.itertuples(index=False):
