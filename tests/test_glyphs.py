@@ -123,3 +123,21 @@ def test_a_run_on_glyphs_says_what_it_does_from_the_start(tmp_path):
     assert "generating" not in out.stderr  # the first attempt cached the images
     assert [line.split("epoch ")[1][:3] for line in lines if ": epoch " in line] == ["1/2", "2/2"]
     assert "testing the checkpoint of epoch" in lines[-1] and "map@r=" in out.stdout
+
+
+def test_a_validation_split_that_cannot_rank_is_a_one_line_error(tmp_path):
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    args = ["run", "--loss", "contrastive", "--dataset", SMALL, "--batch-size", "8"]
+    out = CliRunner().invoke(main, [*args, "--epochs", "1", "--results", str(tmp_path)])
+    assert out.exit_code == 1 and out.stderr.splitlines()[-1] == (
+        f"Error: the validation split of {SMALL} has 4 items and no class with two, so it "
+        "cannot choose an epoch; use a data set with more images per class, or --val-split classes"
+    )
+    assert not [p for p in tmp_path.iterdir() if "contrastive" in p.name]  # nothing half-written
+    again = CliRunner().invoke(
+        main, [*args, "--epochs", "1", "--val-split", "classes"] + ["--results", str(tmp_path)]
+    )
+    assert again.exit_code == 0, again.output

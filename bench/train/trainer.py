@@ -40,6 +40,18 @@ def epoch_seed(cfg: RunConfig, epoch: int) -> int:
     return cfg.seed * 100_003 + epoch
 
 
+def check_validation(cfg: RunConfig, data) -> None:
+    """A one-line error, before anything is written, when the validation split cannot rank:
+    MAP@R needs a class with two items, or every epoch's score is NaN."""
+    _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
+    if cfg.protocol != "classify" and not (counts >= 2).any():
+        raise ValueError(
+            f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
+            "two, so it cannot choose an epoch; use a data set with more images per class, or "
+            "--val-split classes"
+        )
+
+
 def weights_text(pretrained: str) -> str:
     return "random init" if pretrained == "none" else f"{pretrained} weights"
 
@@ -62,6 +74,7 @@ class Trainer:
         seed_everything(cfg.seed)
         log.info(f"{self.run_dir.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
+        check_validation(cfg, self.data)
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
             f"{self.run_dir.name}: {counts} training/validation/test items; building "
