@@ -224,6 +224,8 @@ def test_killed_run_resumes_to_the_same_metrics(tmp_path):
 def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
     out = cli(
         "run",
+        "--dataset",
+        "digits",
         "--loss",
         "softmax",
         "--embedding",
@@ -261,6 +263,8 @@ def test_speed_benchmark_prints_ratios():
 def test_triplet_nca_form_runs_as_its_own_loss(tmp_path):
     out = cli(
         "run",
+        "--dataset",
+        "digits",
         "--loss",
         "triplet",
         "--triplet-form",

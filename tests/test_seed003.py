@@ -45,7 +45,8 @@ def test_unknown_preset_names_the_known_ones():
 
 @pytest.mark.parametrize("embedding", ["fc", "gap"])
 def test_seed003_run_records_train_and_test_recall(embedding, tmp_path):
-    args = ["run", "--preset", "seed003", "--loss", "triplet", "--triplet-form", "nca"]
+    args = ["run", "--dataset", "digits", "--preset", "seed003", "--loss", "triplet"]
+    args += ["--triplet-form", "nca"]
     args += ["--miner", "easy-positive", "--embedding", embedding, "--epochs", "1"]
     out = CliRunner().invoke(main, [*args, "--results", str(tmp_path)], catch_exceptions=False)
     assert out.exit_code == 0, out.output

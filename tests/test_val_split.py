@@ -51,7 +51,7 @@ def test_class_validation_outside_the_metric_protocol_is_a_one_line_error(tmp_pa
 
 
 def test_a_run_records_its_validation_split(tmp_path):
-    args = "run --loss softmax --dims 16 --epochs 1 --val-split classes"
+    args = "run --dataset digits --loss softmax --dims 16 --epochs 1 --val-split classes"
     out = CliRunner().invoke(main, [*args.split(), "--results", str(tmp_path)])
     assert out.exit_code == 0, out.output
     (run,) = [p for p in tmp_path.glob("digits-softmax-*") if (p / "metrics.json").is_file()]

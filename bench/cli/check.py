@@ -22,7 +22,7 @@ from bench.cli.options import DEFAULT_RESULTS
 )
 @click.option(
     "--tolerance",
-    default=0.02,
+    default=0.06,
     show_default=True,
     help="How far below the baseline a mean may fall.",
 )
