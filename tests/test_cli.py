@@ -92,6 +92,35 @@ def test_same_command_skips_a_finished_run_and_force_redoes_it(nngk_run):
     assert (run_dir / "metrics.json").stat().st_mtime_ns != before
 
 
+def test_a_forced_rerun_that_fails_keeps_the_finished_run(tmp_path, monkeypatch):
+    from bench.report.runs import load_runs
+    from bench.train.trainer import Trainer
+
+    args = ["run", "--loss", "softmax", *FAST, "--results", tmp_path]
+    assert cli(*args).exit_code == 0
+    (run_dir,) = finished_runs(tmp_path, "softmax")
+    kept = (run_dir / "metrics.json").read_text()
+    real_epoch = Trainer.train_epoch
+
+    def crash_in_epoch_two(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return real_epoch(self, epoch)
+
+    monkeypatch.setattr(Trainer, "train_epoch", crash_in_epoch_two)
+    out = CliRunner().invoke(main, [str(a) for a in (*args, "--force")])
+    assert out.exit_code == 130 and (run_dir / "metrics.json").read_text() == kept
+    staged = tmp_path / f".{run_dir.name}.forced"
+    assert (staged / "checkpoint.pt").is_file()  # the rerun so far, to resume
+    df, problems = load_runs(tmp_path)
+    assert problems == [] and df["run"].tolist().count(run_dir.name) == 1  # the old one, whole
+    monkeypatch.undo()
+    assert cli(*args, "--force").exit_code == 0  # resumes the rerun, then swaps it in
+    assert sorted(p.name for p in tmp_path.iterdir() if "softmax" in p.name) == [run_dir.name]
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["run_id"] == run_dir.name and (run_dir / "metrics.json").is_file()
+
+
 def test_same_command_twice_gives_the_same_metrics(nngk_run, tmp_path):
     _, run_dir = nngk_run
     out = cli("run", "--loss", "nngk", *FAST, "--results", tmp_path)

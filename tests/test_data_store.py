@@ -77,3 +77,15 @@ def test_a_run_is_finished_only_with_metrics(tmp_path):
     atomic_write_json(run / "metrics.json", {"map@r": 0.5})
     assert store.is_finished(run)
     assert store.scan_runs(tmp_path)[0][0][1] == {"map@r": 0.5}
+
+
+def test_an_interrupted_swap_brings_the_old_run_back(tmp_path):
+    run, old = tmp_path / "r", tmp_path / ".r.old"
+    atomic_write_json(old / "metrics.json", {"map@r": 0.5})  # renamed away, rerun not in place
+    store.recover_run(run)
+    assert json.loads((run / "metrics.json").read_text()) == {"map@r": 0.5} and not old.exists()
+    staged = store.staging_folder(run)
+    atomic_write_json(staged / "metrics.json", {"map@r": 0.6})
+    store.replace_run(staged, run)
+    assert json.loads((run / "metrics.json").read_text()) == {"map@r": 0.6}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]

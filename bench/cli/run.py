@@ -250,11 +250,19 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
 
 
 def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
-    if store.is_finished(run_dir) and not force:
+    """Train a run, skip it when finished, or with --force retrain it beside the finished one,
+    which is replaced only when the rerun has finished (a failed rerun loses nothing; the
+    same command resumes it)."""
+    store.recover_run(run_dir)
+    finished = store.is_finished(run_dir)
+    if finished and not force:
         click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
         return
-    if force and run_dir.exists():
-        shutil.rmtree(run_dir)
-    metrics = trainer_cls(cfg, run_dir, device).fit()
+    if force and not finished and run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished run: nothing to keep
+    target = store.staging_folder(run_dir) if finished else run_dir
+    metrics = trainer_cls(cfg, target, device).fit()
+    if finished:
+        store.replace_run(target, run_dir)
     summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
     click.echo(f"{run_dir}: {summary}")

@@ -7,6 +7,8 @@ killed run never looks finished.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from pathlib import Path
 
 METRICS = "metrics.json"
@@ -45,7 +47,8 @@ def scan_runs(results: Path) -> tuple[list[tuple[Path, dict]], list[str]]:
     if not results.is_dir():
         return runs, problems
     for run_dir in sorted(p for p in results.iterdir() if p.is_dir()):
-        if not is_run(run_dir):  # e.g. the default report folder, cached features
+        # Hidden: a forced rerun's staging folder; not a run: the report folder, features.
+        if run_dir.name.startswith(".") or not is_run(run_dir):
             continue
         if not is_finished(run_dir):
             problems.append(f"{run_dir.name}: unfinished (no {METRICS})")
@@ -55,3 +58,26 @@ def scan_runs(results: Path) -> tuple[list[tuple[Path, dict]], list[str]]:
         except ValueError as err:
             problems.append(f"{run_dir.name}: {err}")
     return runs, problems
+
+
+def staging_folder(run_dir: Path) -> Path:
+    """Where a forced rerun trains, beside the finished run it is to replace."""
+    return Path(run_dir).parent / f".{Path(run_dir).name}.forced"
+
+
+def replace_run(staged: Path, run_dir: Path) -> None:
+    """Put a finished rerun in place of the old run, which is removed only after the swap: at
+    every moment one of the two is whole (`recover_run` undoes an interrupted swap)."""
+    old = Path(run_dir).parent / f".{Path(run_dir).name}.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if Path(run_dir).exists():
+        os.replace(run_dir, old)
+    os.replace(staged, run_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_run(run_dir: Path) -> None:
+    """The old run back in place, if a swap was interrupted between its two renames."""
+    old = Path(run_dir).parent / f".{Path(run_dir).name}.old"
+    if not Path(run_dir).exists() and is_finished(old):
+        os.replace(old, run_dir)

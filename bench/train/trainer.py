@@ -70,14 +70,15 @@ class Trainer:
     def __init__(self, cfg: RunConfig, run_dir: Path, device: torch.device | None = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
+        self.name = cfg.run_id()  # also when it trains in a staging folder (run --force)
         self.device = device or default_device()
         seed_everything(cfg.seed)
-        log.info(f"{self.run_dir.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
+        log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
         check_validation(cfg, self.data)
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
-            f"{self.run_dir.name}: {counts} training/validation/test items; building "
+            f"{self.name}: {counts} training/validation/test items; building "
             f"{cfg.backbone} ({weights_text(cfg.pretrained)}) with a {cfg.dims}-d {cfg.embedding} "
             f"embedding for {cfg.loss} on {self.device}"
         )
@@ -109,7 +110,7 @@ class Trainer:
         params = {**loss_defaults(self.cfg.loss), **self.cfg.loss_params}
         return {
             **self.cfg.to_dict(),
-            "run_id": self.run_dir.name,
+            "run_id": self.name,
             "resolved_loss_params": params,
             "versions": package_versions(),
             "device": str(self.device),
@@ -204,11 +205,11 @@ class Trainer:
             self.loss.load_state_dict(state["loss"])
             self.optimizer.load_state_dict(state["optimizer"])
             epoch = state["progress"]["epoch"]
-            log.info(f"{self.run_dir.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
+            log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
         atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training: a baseline for what training adds.
-        log.info(f"{self.run_dir.name}: evaluating the untrained network on the test split")
+        log.info(f"{self.name}: evaluating the untrained network on the test split")
         untrained, _, _ = self.test()
         return {
             "epoch": 0,
@@ -241,7 +242,7 @@ class Trainer:
             row["seconds"] = time.perf_counter() - t0
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
-            log.info(epoch_summary(self.run_dir.name, row, cfg.epochs, val["score"]))
+            log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
@@ -249,7 +250,7 @@ class Trainer:
 
     def finish(self, progress: dict) -> dict:
         best = progress["best"]
-        log.info(f"{self.run_dir.name}: testing the checkpoint of epoch {best['epoch']}")
+        log.info(f"{self.name}: testing the checkpoint of epoch {best['epoch']}")
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
         metrics, emb, labels = self.test(write_tables=True)
