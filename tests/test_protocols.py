@@ -84,6 +84,20 @@ def test_pairs_protocol_separates_seen_and_unseen_classes(tmp_path):
     assert len(s.val) == 3 and len(s.test) == 9 and len(s.unseen) == 9
 
 
+@pytest.mark.parametrize("mode", ["I;16", "I"])
+def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path, mode):
+    from PIL import Image
+
+    pixels = np.array([[0, 257 * 100], [65535, 257 * 200]], dtype=np.uint16)
+    path = tmp_path / ("deep.png" if mode == "I;16" else "deep.tif")  # PNG cannot hold mode I
+    image = Image.fromarray(pixels)
+    (image if mode == "I;16" else image.convert("I")).save(path)
+    assert Image.open(path).mode == mode
+    loaded = load_image(str(path), None, 2)
+    assert loaded.dtype == np.uint8 and loaded[..., 0].tolist() == [[0, 100], [255, 200]]
+    assert (loaded[..., 0] == loaded[..., 2]).all()  # grey in every channel
+
+
 def test_image_cache_decodes_once_and_matches_direct_loading(cars, tmp_path, monkeypatch):
     table = read_cars196(cars).head(5)
     paths = table["path"].tolist()

@@ -26,10 +26,19 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 RAW_SIDE = 32  # the raw-inputs baseline of an image data set: pixels area-averaged to this side
 
 
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB. 16-bit greyscale (Pillow's modes I;16* and I, as it opens 16-bit PNGs) is
+    scaled from 0-65535 to 0-255, where Pillow's convert would clip it at 255."""
+    if not img.mode.startswith("I"):
+        return img.convert("RGB")
+    grey = np.asarray(img, dtype=np.float64) / 65535
+    return Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)).convert("RGB")
+
+
 def load_image(path: str, box: tuple[float, float, float, float] | None, size: int) -> np.ndarray:
     """RGB pixels of one image, cropped to `box` (x1, y1, x2, y2) if given, resized to size^2."""
     with Image.open(path) as img:
-        img = img.convert("RGB")
+        img = to_rgb(img)
         if box is not None:
             x1, y1, x2, y2 = box
             x1, y1 = max(0, int(x1)), max(0, int(y1))
