@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score
 
+from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import (
     best_and_worst,
     choose_threshold,
@@ -276,3 +277,11 @@ def test_distance_distributions():
     assert out["separation"] == 4.0
     empty = distance_distributions(np.array([1.0]), np.array([1]))
     assert np.isnan(empty["different_mean"]) and np.isnan(empty["separation"])
+
+
+def test_a_split_without_positive_or_negative_pairs_is_an_error_not_a_score():
+    with pytest.raises(ValueError, match="needs positive .* 5 images in 5 class"):
+        pairs_of(np.arange(5), 4)
+    with pytest.raises(ValueError, match=r"needs negative \(two classes\) pairs"):
+        pairs_of(np.zeros(5, dtype=int), 4)
+    assert pairs_of(np.array([0, 0, 1, 1]), 1)[:, 2].tolist() == [1, 0] * 4

@@ -13,7 +13,17 @@ PAIR_SEED = 0  # the same validation and test pairs for every run
 
 
 def pairs_of(labels: np.ndarray, per_image: int) -> np.ndarray:
-    return P.sample_pairs(labels, per_image, per_image, seed=PAIR_SEED)
+    """A split's verification pairs; a one-line error where it has no positive or no negative
+    pair, whose accuracy would read 1.0 or NaN."""
+    pairs = P.sample_pairs(labels, per_image, per_image, seed=PAIR_SEED)
+    kinds = set(pairs[:, 2].tolist())
+    if kinds != {0, 1}:
+        missing = "positive (two images of a class)" if 1 not in kinds else "negative (two classes)"
+        raise ValueError(
+            f"pair verification needs {missing} pairs, and a split of {len(labels)} images "
+            f"in {len(np.unique(labels))} class(es) has none; give the split more images"
+        )
+    return pairs
 
 
 def pair_scores(emb: np.ndarray, labels: np.ndarray, threshold: float, per_image: int = 4):
