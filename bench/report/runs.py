@@ -12,7 +12,7 @@ import pandas as pd
 
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.runs import store
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, untrained_label
 from bench.util.names import safe_name
 
 BASELINE_LOSS = "untrained"
@@ -107,8 +107,7 @@ def baseline_label(run: pd.Series) -> str:
         return recorded
     if run.get("backbone") in (None, "none") or pd.isna(run.get("backbone")):
         return RAW_BASELINE
-    weights = {"none": "random init", "imagenet": "ImageNet"}.get(run["pretrained"], "weights")
-    return f"untrained {run['backbone']} ({weights})"
+    return untrained_label(run["backbone"], run["pretrained"])
 
 
 def with_baselines(df: pd.DataFrame) -> pd.DataFrame:

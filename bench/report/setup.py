@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.runs import column_or_nan, format_value, trained_runs
+from bench.runs.config import weights_label
 
 # Column of a run's record -> its name in the setup.
 SETUP = {
@@ -18,7 +19,6 @@ SETUP = {
     "optimizer": "optimizer",
     "lr": "lr",
 }
-WEIGHTS = {"none": "random init", "imagenet": "ImageNet"}
 
 
 def setup_of(runs: pd.DataFrame) -> dict[str, str]:
@@ -27,7 +27,7 @@ def setup_of(runs: pd.DataFrame) -> dict[str, str]:
     found = {}
     for column, name in SETUP.items():
         values = column_or_nan(runs, column).dropna()
-        texts = {WEIGHTS.get(v, v) if column == "pretrained" else format_value(v) for v in values}
+        texts = {weights_label(v) if column == "pretrained" else format_value(v) for v in values}
         found[name] = " / ".join(sorted(texts)) or "-"
     found["seeds"] = str(runs["seed"].nunique())
     return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench.util.names import safe_name
@@ -59,3 +60,15 @@ class RunConfig:
         dataset = safe_name(self.dataset)
         protocol = "" if self.protocol == "metric" else f"{self.protocol}-"
         return f"{dataset}-{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
+
+
+def weights_label(pretrained: str) -> str:
+    """How a run's weights read: 'random init', 'ImageNet', or a local weights file's name."""
+    if pretrained == "none":
+        return "random init"
+    return "ImageNet" if pretrained == "imagenet" else Path(pretrained).name
+
+
+def untrained_label(backbone: str, pretrained: str) -> str:
+    """The untrained-network baseline's row name, e.g. 'untrained small_cnn (random init)'."""
+    return f"untrained {backbone} ({weights_label(pretrained)})"

@@ -13,7 +13,7 @@ from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.runs import store
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, untrained_label
 from bench.train.loaders import input_size, load_data
 from bench.util.atomic import atomic_save_npz, atomic_write_json
 from bench.util.progress import log
@@ -43,13 +43,6 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "lr": cfg.lr,
         **extra,
     }
-
-
-def weights_label(pretrained: str) -> str:
-    """'random init', 'ImageNet', or the name of a local weights file."""
-    if pretrained == "none":
-        return "random init"
-    return "ImageNet" if pretrained == "imagenet" else Path(pretrained).name
 
 
 def l2_normalised(x: np.ndarray) -> np.ndarray:
@@ -90,7 +83,7 @@ def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = No
     model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
     settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
     net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
-    label = f"untrained {cfg.backbone} ({weights_label(cfg.pretrained)})"
+    label = untrained_label(cfg.backbone, cfg.pretrained)
 
     def features() -> np.ndarray:
         return embed(model, data.test, device, features=True, workers=cfg.workers)[0].numpy()

@@ -25,12 +25,16 @@ def input_size(data: DataSplits) -> str:
     return "x".join(str(n) for n in data.test[0][0].shape) if len(data.test) else ""
 
 
+def per_class(cfg: RunConfig, labels: np.ndarray) -> int:
+    """Examples of a class in a class-balanced batch of these training labels."""
+    return balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+
+
 def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
     """How training batches are drawn, e.g. '16 classes x 4' or 'random'."""
     if not loss.class_balanced:
         return "random"
-    labels = np.asarray(data.train.labels)
-    m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+    m = per_class(cfg, np.asarray(data.train.labels))
     return f"{cfg.batch_size // m} classes x {m}"
 
 
@@ -43,7 +47,7 @@ def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -
             f"{cfg.dataset}; give a smaller --batch-size"
         )
     if loss.class_balanced:
-        m = balanced_m(cfg.batch_size, cfg.m_per_class, len(np.unique(labels)))
+        m = per_class(cfg, labels)
         # A new sampler each epoch: MPerClassSampler shuffles its label list in place.
         sampler = MPerClassSampler(labels, m, cfg.batch_size, length_before_new_iter=len(labels))
     else:

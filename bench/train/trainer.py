@@ -12,13 +12,14 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from bench.data.datasets import DataSplits
 from bench.evaluation.classification import classification_scores
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.runs import store
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, weights_label
 from bench.train.baseline import run_summary
 from bench.train.loaders import epoch_loader, input_size, load_data, sampler_text
 from bench.util.atomic import (
@@ -40,7 +41,7 @@ def epoch_seed(cfg: RunConfig, epoch: int) -> int:
     return cfg.seed * 100_003 + epoch
 
 
-def check_validation(cfg: RunConfig, data) -> None:
+def check_validation(cfg: RunConfig, data: DataSplits) -> None:
     """A one-line error, before anything is written, when the validation split cannot rank:
     MAP@R needs a class with two items, or every epoch's score is NaN."""
     _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
@@ -50,10 +51,6 @@ def check_validation(cfg: RunConfig, data) -> None:
             "two, so it cannot choose an epoch; use a data set with more images per class, or "
             "--val-split classes"
         )
-
-
-def weights_text(pretrained: str) -> str:
-    return "random init" if pretrained == "none" else f"{pretrained} weights"
 
 
 def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
@@ -79,7 +76,7 @@ class Trainer:
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
             f"{self.name}: {counts} training/validation/test items; building "
-            f"{cfg.backbone} ({weights_text(cfg.pretrained)}) with a {cfg.dims}-d {cfg.embedding} "
+            f"{cfg.backbone} ({weights_label(cfg.pretrained)}) with a {cfg.dims}-d {cfg.embedding} "
             f"embedding for {cfg.loss} on {self.device}"
         )
         self.model = build_model(
