@@ -174,7 +174,6 @@ def run(
         raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
     seeds = parse_ints(seed, "--seed")
-
     dev = checked_device(device)
     overrides = dict(
         epochs=epochs,
