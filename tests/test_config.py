@@ -55,7 +55,8 @@ def test_pairs_preset_is_the_reports_model_1():
     )
 
 
-def test_overrides_win_and_the_run_id_ignores_where_the_data_lie():
+def test_overrides_win_and_the_data_root_option_is_not_itself_hashed():
+    # The resolved location and a fingerprint are, once read from the data (test_data_identity).
     (cfg,) = make_configs("cub", "nngk", (64,), {"sigma": 7.0}, epochs=3, data_root="/a")
     assert cfg.epochs == 3 and cfg.loss_params["sigma"] == 7.0
     (moved,) = make_configs("cub", "nngk", (64,), {"sigma": 7.0}, epochs=3, data_root="/b")

@@ -22,6 +22,7 @@ from bench.classic.nml import NML
 from bench.classic.projections import NCAProjection, NoProjection, PCAProjection
 from bench.data.feature_files import FeatureSplits
 from bench.data.features import load_features
+from bench.data.identity import data_identity
 from bench.data.names import FEATURES_PREFIX
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
@@ -75,6 +76,8 @@ def run_record(
         "dims": dims,
         "seed": seed,
     }
+    if dataset.startswith(FEATURES_PREFIX):  # another file at the same path is another run
+        record.update(data_identity(dataset, ""))
     digest = hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
     split = "" if protocol in ("metric", "file") else f"{protocol}-"
     return f"{safe_name(dataset)}-{split}linear-{method}-d{dims}-s{seed}-{digest}", record

@@ -65,9 +65,11 @@ def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results
             raise ValueError(f"--dims {max(too_big)} exceeds the {feats.dims} feature dimensions")
         # The untrained baseline row of the report's table: the raw test features.
         from bench.train.baseline import run_baseline
+        from bench.train.loaders import with_data_identity
 
         split = protocol if dataset == "digits" else "metric"
-        run_baseline(make_configs(dataset, "untrained", None, {}, protocol=split)[0], results)
+        base = with_data_identity(make_configs(dataset, "untrained", None, {}, protocol=split))
+        run_baseline(base[0], results)
         for name, d, s, params in plan:
             run_dir = run_linear_method(
                 name, dataset, d, s, params, results, force, protocol, feats

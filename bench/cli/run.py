@@ -232,9 +232,11 @@ def checked_device(name: str | None):
 def run_all(configs: list, results: Path, force: bool, device) -> None:
     """The baseline of the first config's data set, then every config; one-line errors."""
     from bench.train.baseline import run_baseline
+    from bench.train.loaders import with_data_identity
     from bench.train.trainer import Trainer
 
     try:
+        configs = with_data_identity(configs)
         for cfg in configs:
             check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
         log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")

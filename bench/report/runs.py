@@ -28,6 +28,7 @@ SETTINGS = (
     "lr",
     "epochs",
     "batch_size",
+    "data_fingerprint",
 )
 
 
@@ -142,6 +143,7 @@ def setting_text(column: str, value: object) -> str:
         "lr": lambda v: f"lr={format_value(v)}",
         "batch_size": lambda v: f"batch {format_value(v)}",
         "epochs": lambda v: f"{format_value(v)} epochs",
+        "data_fingerprint": lambda v: f"data {v[:8]}" if v else "built-in data",
     }
     if column in texts:
         return texts[column](value)

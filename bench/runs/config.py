@@ -15,7 +15,7 @@ from bench.util.names import safe_name
 NOT_HASHED = ("data_root", "workers", "preset")
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
-HASHED_IF_SET = {"val_split": "images"}
+HASHED_IF_SET = {"val_split": "images", "data_location": "", "data_fingerprint": ""}
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,9 @@ class RunConfig:
     seed: int = 0
     preset: str = ""
     data_root: str = ""
+    # Set from the data before a run starts (bench.data.identity): "" for the built-in sets.
+    data_location: str = ""
+    data_fingerprint: str = ""
     workers: int = 0
 
     def to_dict(self) -> dict[str, Any]:

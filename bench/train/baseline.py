@@ -41,6 +41,8 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "batch_size": cfg.batch_size,
         "optimizer": f"SGD (momentum {cfg.momentum:g}, weight decay {cfg.weight_decay:g})",
         "lr": cfg.lr,
+        "data_location": cfg.data_location,
+        "data_fingerprint": cfg.data_fingerprint,
         **extra,
     }
 
@@ -63,6 +65,8 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
         val_fraction=cfg.val_fraction,
         val_split=cfg.val_split,
         data_root=cfg.data_root,
+        data_location=cfg.data_location,
+        data_fingerprint=cfg.data_fingerprint,
         workers=cfg.workers,
         **settings,
     )

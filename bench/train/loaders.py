@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from pytorch_metric_learning.samplers import MPerClassSampler
 from torch.utils.data import DataLoader, RandomSampler
 
 from bench.data.datasets import DataSplits, load_dataset
+from bench.data.identity import data_identity
 from bench.runs.config import RunConfig
 from losses import BenchLoss
 
@@ -74,3 +77,14 @@ def load_data(cfg: RunConfig) -> DataSplits:
         train_per_class=cfg.train_per_class,
         val_split=cfg.val_split,
     )
+
+
+def with_data_identity(configs: list[RunConfig]) -> list[RunConfig]:
+    """The configs with their data's location and fingerprint, which are part of a run's
+    identity: a run on another folder, or on changed files, is another run."""
+    found: dict[tuple[str, str], dict[str, str]] = {}
+    for cfg in configs:
+        key = (cfg.dataset, cfg.data_root)
+        if key not in found:
+            found[key] = data_identity(*key)
+    return [replace(cfg, **found[(cfg.dataset, cfg.data_root)]) for cfg in configs]

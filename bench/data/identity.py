@@ -1,0 +1,63 @@
+"""Where a run's data lies and a fingerprint of it, so that a run on other data is another run.
+
+The built-in sets (digits, glyphs) are fully named by their name. An image data set is
+identified by its resolved folder and by its image table (path, label, split, box) with every
+file's size and modification time: replacing, adding or relabelling an image changes it. A
+features file is identified by its resolved path, size and modification time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from bench.data.datasets import default_data_root, read_table
+from bench.data.glyphs import is_glyphs
+from bench.data.names import FEATURES_PREFIX
+
+TABLE_COLUMNS = ("path", "label", "split", "x1", "y1", "x2", "y2")
+
+
+def file_stats(paths: list[str]) -> list[tuple[int, int]]:
+    """(size, modification time in ns) of each file; a missing file is a one-line error."""
+    stats = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError as err:
+            raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
+        stats.append((st.st_size, st.st_mtime_ns))
+    return stats
+
+
+def table_fingerprint(table: pd.DataFrame) -> str:
+    """A digest of an image table and of its files' sizes and modification times."""
+    columns = [c for c in TABLE_COLUMNS if c in table]
+    rows = table[columns].astype(str).to_numpy().tolist()
+    stats = file_stats(table["path"].tolist())
+    text = json.dumps({"columns": columns, "rows": rows, "stats": stats})
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def features_identity(name: str) -> dict[str, str]:
+    path = Path(name[len(FEATURES_PREFIX) :]).expanduser().resolve()
+    size, mtime = file_stats([str(path)])[0]
+    digest = hashlib.sha1(f"{size}:{mtime}".encode()).hexdigest()[:16]
+    return {"data_location": str(path), "data_fingerprint": digest}
+
+
+def data_identity(dataset: str, data_root: str) -> dict[str, str]:
+    """{"data_location", "data_fingerprint"}: both "" for the built-in sets."""
+    if dataset == "digits" or is_glyphs(dataset):
+        return {"data_location": "", "data_fingerprint": ""}
+    if dataset.startswith(FEATURES_PREFIX):
+        return features_identity(dataset)
+    table, root = read_table(dataset, Path(data_root) if data_root else default_data_root())
+    return {
+        "data_location": str(Path(root).expanduser().resolve()),
+        "data_fingerprint": table_fingerprint(table),
+    }
