@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.data.datasets import load_dataset
 from bench.data.splits import carve_validation
-from bench.runs.config import NOT_HASHED, RunConfig
+from bench.runs.config import HASHED_IF_SET, NOT_HASHED, RunConfig
 
 
 def test_whole_last_classes_are_held_out():
@@ -35,7 +35,7 @@ def test_digits_validate_on_training_classes_never_trained_on():
 
 def test_the_default_keeps_every_earlier_run_name():
     cfg = RunConfig()
-    fields = {k: v for k, v in cfg.to_dict().items() if k not in {*NOT_HASHED, "val_split"}}
+    fields = {k: v for k, v in cfg.to_dict().items() if k not in {*NOT_HASHED, *HASHED_IF_SET}}
     digest = hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:8]
     assert cfg.run_id().endswith(digest)
     assert RunConfig(val_split="classes").run_id() != cfg.run_id()
@@ -59,3 +59,40 @@ def test_a_run_records_its_validation_split(tmp_path):
     assert json.loads((run / "config.json").read_text())["val_split"] == "classes"
     train = np.load(run / "train_embeddings.npz")
     assert set(train["labels"]) == {0, 1, 2}
+
+
+def test_too_few_images_per_class_says_how_many_are_needed(tmp_path, monkeypatch):
+    from tests.fixtures.folder import make_folder
+    from tests.test_protocols import FAST
+
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = make_folder(tmp_path, classes=4, per_class=2)  # 2 training classes x 2 images
+    with pytest.raises(ValueError, match="needs at least 5 images in each of the 2 training"):
+        carve_validation(np.repeat([0, 1], 2), 0.2)
+    args = ["run", "--loss", "softmax", "--dataset", f"folder:{root}", *FAST]
+    out = CliRunner().invoke(main, [*args, "--results", str(tmp_path / "r")])
+    assert out.exit_code != 0 and "Traceback" not in out.output
+    (line,) = [x for x in out.output.splitlines() if x.startswith("Error: ")]
+    assert "needs at least 5 images" in line and "has 2" in line
+    assert "--val-split classes" in line and "--val-fraction" in line
+
+
+def test_val_fraction_zero_trains_on_every_image_and_tests_the_last_epoch(tmp_path):
+    args = ["--loss", "softmax", "--dataset", "digits", "--epochs", "2", "--dims", "8"]
+    out = CliRunner().invoke(
+        main, ["run", *args, "--val-fraction", "0", "--results", str(tmp_path)]
+    )
+    assert out.exit_code == 0, out.output
+    (run,) = [p for p in tmp_path.iterdir() if "-softmax-" in p.name]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["best_epoch"] == 2
+    assert json.loads((run / "config.json").read_text())["val_fraction"] == 0
+    assert "val_map@r" not in (run / "history.csv").read_text()
+    assert len(load_dataset("digits", val_fraction=0).train) == len(
+        load_dataset("digits").train
+    ) + len(load_dataset("digits").val)
+    pairs = CliRunner().invoke(
+        main,
+        ["run", *args, "--protocol", "pairs", "--val-fraction", "0", "--results", str(tmp_path)],
+    )
+    assert pairs.exit_code != 0 and "--val-fraction above 0" in pairs.output

@@ -5,11 +5,13 @@ from __future__ import annotations
 import click
 
 from bench.cli import check, features, linear, losses, report, run, speed, suite, visualize
+from bench.cli.options import os_error_line
 from bench.util.progress import show_progress
 
 
 class OneLineErrors(click.Group):
-    """A bad option value is one line, "Error: ...", without click's usage preamble."""
+    """A bad option value is one line, "Error: ...", without click's usage preamble; so is a
+    file operation that fails (a full disk, a read-only folder) in any command."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -18,6 +20,8 @@ class OneLineErrors(click.Group):
             error = click.ClickException(err.format_message())
             error.exit_code = err.exit_code
             raise error from None
+        except OSError as err:
+            raise click.ClickException(os_error_line(err)) from None
 
 
 @click.group(cls=OneLineErrors)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import click
@@ -11,6 +12,13 @@ DEFAULT_RESULTS = Path("results")
 POSITIVE = click.IntRange(min=1)
 NON_NEGATIVE = click.FloatRange(min=0)
 POSITIVE_FLOAT = click.FloatRange(min=0, min_open=True)
+VAL_FRACTION = click.option(
+    "--val-fraction",
+    type=click.FloatRange(min=0, max=1, max_open=True),
+    default=None,
+    help="Share of the training images (or classes, --val-split classes) held out to choose "
+    "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
+)
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -26,3 +34,21 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
             f"bad {what} {text!r}; expected comma-separated positive integers, e.g. 64,512,1024"
         )
     return values
+
+
+def os_error_line(err: OSError) -> str:
+    """One line for a failed file operation: the file, what went wrong, what to do."""
+    if err.errno is None or err.filename is None:
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    where = err.filename
+    if err.errno == errno.ENOSPC:
+        return (
+            f"{where}: no space left on the device; free some (or write to another disk, e.g. "
+            "--results DIR or $NNGK_CACHE) and run the same command again to resume"
+        )
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return (
+            f"{where}: cannot write here ({err.strerror}); make it writable or choose another "
+            "folder (--results DIR, --out DIR or $NNGK_CACHE)"
+        )
+    return f"{where}: {err.strerror}"

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, parse_ints
+from bench.cli.options import (
+    DEFAULT_RESULTS,
+    NON_NEGATIVE,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    VAL_FRACTION,
+    parse_ints,
+)
 from bench.data.datasets import check_dataset
 from bench.data.splits import PROTOCOLS, VAL_SPLITS
 from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
@@ -124,6 +131,7 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     help="Validation: a share of the training images (default), or whole training classes "
     "never trained on (metric protocol).",
 )
+@VAL_FRACTION
 @click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
@@ -157,6 +165,7 @@ def run(
     freeze_backbone,
     train_per_class,
     val_split,
+    val_fraction,
     seed,
     results,
     force,
@@ -189,6 +198,7 @@ def run(
         freeze_backbone=freeze_backbone or None,
         train_per_class=train_per_class,
         val_split=val_split,
+        val_fraction=val_fraction,
         data_root=data_root,
     )
     configs = [
@@ -241,24 +251,34 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
             check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
         log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
         run_baseline(configs[0], results, device)
-        for cfg in configs:
-            train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+        diverged = [
+            cfg.run_id()
+            for cfg in configs
+            if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+        ]
     except KeyboardInterrupt:
         click.echo("interrupted; run the same command again to resume", err=True)
         sys.exit(130)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
+    except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
+    if diverged:
+        raise click.ClickException(
+            f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "
+            f"({', '.join(diverged)}); a lower --lr may train them (metrics.json: diverged)"
+        )
 
 
-def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
+def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     """Train a run, skip it when finished, or with --force retrain it beside the finished one,
     which is replaced only when the rerun has finished (a failed rerun loses nothing; the
-    same command resumes it)."""
+    same command resumes it). Whether the run diverged."""
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
-        click.echo(f"{run_dir}: finished, skipped (--force redoes it)")
-        return
+        diverged = store.read_metrics(run_dir).get("diverged")
+        note = f"; it diverged at {diverged}" if diverged else ""
+        click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")
+        return False
     if force and not finished and run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run: nothing to keep
     target = store.staging_folder(run_dir) if finished else run_dir
@@ -266,4 +286,7 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> None:
     if finished:
         store.replace_run(target, run_dir)
     summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+    if "diverged" in metrics:
+        summary += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
     click.echo(f"{run_dir}: {summary}")
+    return "diverged" in metrics

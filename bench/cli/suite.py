@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, parse_ints
+from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, VAL_FRACTION, parse_ints
 from bench.cli.run import run_all
 from bench.data.datasets import check_dataset
 from bench.data.glyphs import is_glyphs
@@ -53,6 +53,7 @@ SEED003_SUITE = (
     help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
 )
 @click.option("--val-split", type=click.Choice(VAL_SPLITS), default=None)
+@VAL_FRACTION
 @click.option(
     "--backbone",
     type=click.Choice(["small_cnn", "small_cnn_gn"]),
@@ -63,7 +64,7 @@ SEED003_SUITE = (
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
-def suite(dataset, dims, seed, epochs, preset, val_split, backbone, lr, results):
+def suite(dataset, dims, seed, epochs, preset, val_split, val_fraction, backbone, lr, results):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
     reports/. With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
     if dataset != "digits" and not is_glyphs(dataset):
@@ -92,6 +93,7 @@ def suite(dataset, dims, seed, epochs, preset, val_split, backbone, lr, results)
             epochs=epochs,
             embedding=embedding,
             val_split=val_split,
+            val_fraction=val_fraction,
             backbone=backbone,
             lr=lr,
         )

@@ -52,10 +52,28 @@ def carve_validation(
             )
         val = np.isin(labels, classes[-held:])
         return positions[~val], positions[val]
+    check_stratifiable(labels, fraction)
     train, val = train_test_split(
         positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
     )
     return np.sort(train), np.sort(val)
+
+
+def check_stratifiable(labels: np.ndarray, fraction: float) -> None:
+    """A one-line ValueError, in place of scikit-learn's, when a stratified share of these
+    images cannot hold every class in both parts: how many images per class that needs."""
+    classes, counts = np.unique(labels, return_counts=True)
+    n_val = int(np.ceil(fraction * len(labels)))
+    if counts.min() >= 2 and n_val >= len(classes) and len(labels) - n_val >= len(classes):
+        return
+    needed = max(2, int(np.ceil(1 / fraction)), int(np.ceil(1 / (1 - fraction))))
+    raise ValueError(
+        f"a validation split of {fraction:g} of the training images needs at least {needed} "
+        f"images in each of the {len(classes)} training classes; class "
+        f"{classes[counts.argmin()]} has {counts.min()}; use --val-split classes (whole classes "
+        "held out), another --val-fraction, or --val-fraction 0 (no validation: the last epoch "
+        "is tested)"
+    )
 
 
 def first_half_classes(labels: np.ndarray) -> np.ndarray:

@@ -35,6 +35,15 @@ from losses import build_loss, loss_defaults
 SELECT_BY = "map@r"  # validation metric that picks the checkpoint
 
 
+class Diverged(ValueError):
+    """A non-finite training loss or embedding: where it happened."""
+
+    def __init__(self, epoch: int, step: int | str, value: float):
+        self.epoch, self.step, self.value = epoch, step, value
+        where = f"step {step}" if isinstance(step, int) else step
+        super().__init__(f"epoch {epoch}, {where} (loss {value})")
+
+
 def epoch_seed(cfg: RunConfig, epoch: int) -> int:
     """Every epoch's randomness derives from the run seed and the epoch alone, so that a run
     resumed at an epoch boundary continues exactly as an uninterrupted one."""
@@ -44,6 +53,13 @@ def epoch_seed(cfg: RunConfig, epoch: int) -> int:
 def check_validation(cfg: RunConfig, data: DataSplits) -> None:
     """A one-line error, before anything is written, when the validation split cannot rank:
     MAP@R needs a class with two items, or every epoch's score is NaN."""
+    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
+        raise ValueError(
+            "the pairs protocol chooses its verification threshold on validation images; "
+            "give it a --val-fraction above 0"
+        )
+    if not len(data.val) and cfg.val_fraction == 0:
+        return  # no validation asked for: the last epoch is tested
     _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
     if cfg.protocol != "classify" and not (counts >= 2).any():
         raise ValueError(
@@ -55,9 +71,14 @@ def check_validation(cfg: RunConfig, data: DataSplits) -> None:
 
 def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
     """One line per epoch: training loss, validation MAP@R and the selection score, seconds."""
+    val = (
+        f"validation MAP@R {row['val_map@r']:.4f}  score {score:.4f}"
+        if "val_map@r" in row
+        else "no validation"
+    )
     return (
-        f"{run}: epoch {row['epoch']}/{epochs}  train loss {row['train_loss']:.4f}  "
-        f"validation MAP@R {row['val_map@r']:.4f}  score {score:.4f}  ({row['seconds']:.1f} s)"
+        f"{run}: epoch {row['epoch']}/{epochs}  train loss {row['train_loss']:.4f}  {val}  "
+        f"({row['seconds']:.1f} s)"
     )
 
 
@@ -124,15 +145,18 @@ class Trainer:
             self.model.backbone.eval()
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
-        for x, y, idx in bar:
+        for step, (x, y, idx) in enumerate(bar, start=1):
             x, y = x.to(self.device), y.to(self.device)
             indices = idx.to(self.device) if self.loss.needs_indices else None
             value = self.loss(self.model(x), y, indices)
+            step_loss = float(value.detach())
+            if not np.isfinite(step_loss):  # stop before the step spoils the weights
+                raise Diverged(epoch + 1, step, step_loss)
             self.optimizer.zero_grad(set_to_none=True)
             if value.requires_grad:
                 value.backward()
                 self.optimizer.step()
-            total += float(value.detach())
+            total += step_loss
             count += 1
         return total / max(count, 1)
 
@@ -152,10 +176,15 @@ class Trainer:
             self.data.num_train_classes,
         )
 
-    def validate(self) -> dict:
+    def validate(self, epoch: int) -> dict:
         """Validation metrics, with `score` (higher is better) to select the checkpoint by:
-        MAP@R (metric), minus the classifier's NLL (classify), pair accuracy (pairs)."""
+        MAP@R (metric), minus the classifier's NLL (classify), pair accuracy (pairs); the
+        epoch itself without a validation split."""
+        if not len(self.data.val):  # --val-fraction 0: every epoch beats the one before
+            return {"score": float(epoch)}
         emb, labels = self.embed_split(self.data.val)
+        if not np.isfinite(emb).all():
+            raise Diverged(epoch, "validation embeddings", float("nan"))
         metrics = evaluate(emb, labels, seed=self.cfg.seed)
         if self.cfg.protocol == "classify":
             metrics.update(classification_scores(self.class_probabilities(emb), labels))
@@ -193,14 +222,28 @@ class Trainer:
         }
         atomic_torch_save(self.run_dir / store.CHECKPOINT, state)
 
+    def load_checkpoint(self, path: Path) -> dict:
+        """The checkpoint's state, loaded into the model, loss and optimizer; a one-line error
+        when it is truncated or not this run's."""
+        try:
+            state = torch.load(path, map_location=self.device, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.loss.load_state_dict(state["loss"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            state["progress"]["epoch"]
+        except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            raise ValueError(
+                f"{path}: unreadable checkpoint ({first}); run the same command with --force "
+                "to start this run afresh"
+            ) from None
+        return state
+
     def start_or_resume(self) -> dict:
         """The progress so far: from the last checkpoint, or a fresh start."""
         ckpt_path = self.run_dir / store.CHECKPOINT
         if ckpt_path.is_file():
-            state = torch.load(ckpt_path, map_location=self.device, weights_only=True)
-            self.model.load_state_dict(state["model"])
-            self.loss.load_state_dict(state["loss"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            state = self.load_checkpoint(ckpt_path)
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
@@ -225,8 +268,11 @@ class Trainer:
             interval = self.loss.refresh_interval
             if interval and epoch % interval == 0:
                 self.refresh()
-            train_loss = self.train_epoch(epoch)
-            val = self.validate()
+            try:
+                train_loss = self.train_epoch(epoch)
+                val = self.validate(epoch + 1)
+            except Diverged as where:
+                return self.stop_diverged(progress, where)
             if val["score"] > progress["best"]["score"]:
                 progress["best"] = {
                     "score": val["score"],
@@ -243,6 +289,21 @@ class Trainer:
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
+        return self.finish(progress)
+
+    def stop_diverged(self, progress: dict, where: Diverged) -> dict:
+        """Training went non-finite: finish with the best epoch so far, recording where it
+        diverged; with no finished epoch there is nothing to keep, and an error says so."""
+        hint = f"a learning rate below {self.cfg.lr:g} (--lr) may train"
+        if progress["best"]["model"] is None:
+            raise ValueError(
+                f"{self.name}: training diverged at {where} before any epoch finished; {hint}"
+            )
+        progress["diverged"] = str(where)
+        log.warning(
+            f"{self.name}: training diverged at {where}; stopped, testing the best epoch so far "
+            f"({progress['best']['epoch']}); {hint}"
+        )
         return self.finish(progress)
 
     def finish(self, progress: dict) -> dict:
@@ -269,5 +330,7 @@ class Trainer:
                 sampler=sampler_text(self.cfg, self.loss, self.data),
             )
         )
+        if "diverged" in progress:
+            metrics["diverged"] = progress["diverged"]
         atomic_write_json(self.run_dir / store.METRICS, metrics)
         return metrics

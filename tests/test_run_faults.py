@@ -1,0 +1,177 @@
+"""Faults during a run: divergence to NaN, a truncated checkpoint, a full disk, a read-only
+results folder. Each is one line naming what is wrong, a non-zero exit, nothing half-written."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+from contextlib import contextmanager
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+import bench.train.trainer as trainer
+import bench.util.atomic as atomic
+from bench.cli import main
+from losses.softmax import SoftmaxLoss
+
+FAST = ["--loss", "softmax", "--dataset", "digits", "--epochs", "2", "--dims", "16"]
+
+
+def invoke(results, *extra):
+    return CliRunner().invoke(main, ["run", *FAST, "--results", str(results), *extra])
+
+
+def error_line(out) -> str:
+    assert out.exit_code != 0
+    assert "Traceback" not in out.output, out.output
+    lines = [line for line in out.output.splitlines() if line.startswith("Error: ")]
+    assert len(lines) == 1, out.output
+    return lines[0]
+
+
+def the_run(results):
+    (run,) = [p for p in results.iterdir() if "-softmax-" in p.name and not p.name.startswith(".")]
+    return run
+
+
+def no_temporary_files(folder):
+    return not [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+
+
+@pytest.fixture
+def nan_at(monkeypatch):
+    """nan_at(epoch, step): the softmax loss returns NaN at that step (both counted from 1)."""
+    where = {}
+    seen = {"epoch": 0, "step": 0}
+    real_loader, real_forward = trainer.epoch_loader, SoftmaxLoss.forward
+
+    def loader(cfg, loss, data, seed):
+        seen["epoch"], seen["step"] = seen["epoch"] + 1, 0
+        return real_loader(cfg, loss, data, seed)
+
+    def forward(self, embeddings, labels, indices=None):
+        seen["step"] += 1
+        value = real_forward(self, embeddings, labels, indices)
+        hit = (seen["epoch"], seen["step"]) == (where["epoch"], where["step"])
+        return value * torch.tensor(float("nan")) if hit else value
+
+    monkeypatch.setattr(trainer, "epoch_loader", loader)
+    monkeypatch.setattr(SoftmaxLoss, "forward", forward)
+    return lambda epoch, step: where.update(epoch=epoch, step=step)
+
+
+def test_divergence_stops_and_tests_the_best_epoch_so_far(tmp_path, nan_at):
+    nan_at(2, 3)
+    out = invoke(tmp_path)
+    line = error_line(out)
+    assert "diverged" in line and "--lr" in line
+    metrics = json.loads((the_run(tmp_path) / "metrics.json").read_text())
+    assert metrics["diverged"] == "epoch 2, step 3 (loss nan)"
+    assert metrics["best_epoch"] == 1 and 0 < metrics["map@r"] <= 1
+    # Run again: it says why it is finished, instead of crashing the same way.
+    again = invoke(tmp_path)
+    assert again.exit_code == 0 and "diverged at epoch 2, step 3" in again.output
+
+
+def test_divergence_in_the_first_epoch_is_an_error_with_nothing_finished(tmp_path, nan_at):
+    nan_at(1, 2)
+    line = error_line(invoke(tmp_path))
+    assert "epoch 1, step 2" in line and "before any epoch finished" in line and "--lr" in line
+    assert not (the_run(tmp_path) / "metrics.json").exists()
+
+
+def test_a_truncated_checkpoint_is_one_line_offering_force(tmp_path):
+    assert invoke(tmp_path).exit_code == 0
+    run = the_run(tmp_path)
+    (run / "metrics.json").unlink()  # as if killed after its last checkpoint
+    ckpt = run / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    line = error_line(invoke(tmp_path))
+    assert str(ckpt) in line and "unreadable checkpoint" in line and "--force" in line
+    assert invoke(tmp_path, "--force").exit_code == 0
+    assert (run / "metrics.json").is_file()
+
+
+def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
+    real_fsync = os.fsync
+
+    def full_disk_for_checkpoints(fd):  # written data reaches the disk at fsync at the latest
+        if ".checkpoint.pt." in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", full_disk_for_checkpoints)
+    line = error_line(invoke(tmp_path))
+    assert "checkpoint.pt" in line and "no space left" in line and "resume" in line
+    run = the_run(tmp_path)
+    assert not (run / "metrics.json").exists() and no_temporary_files(tmp_path)
+    monkeypatch.undo()
+    assert invoke(tmp_path).exit_code == 0 and (run / "metrics.json").is_file()
+
+
+def test_a_read_only_results_folder_is_one_line(tmp_path, monkeypatch):
+    results = tmp_path / "r"
+    results.mkdir()
+    if os.geteuid() == 0:  # root writes anywhere: the denial comes from a mocked mkstemp
+
+        def denied(dir, prefix, suffix):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), dir)
+
+        monkeypatch.setattr(atomic.tempfile, "mkstemp", denied)
+    else:
+        results.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    line = error_line(invoke(results))
+    assert str(results) in line and "cannot write" in line and "--results" in line
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_written_files_respect_the_umask(tmp_path, mask, mode):
+    old = os.umask(mask)
+    try:
+        atomic.atomic_write_json(tmp_path / "x.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "x.json").stat().st_mode) == mode
+
+
+@contextmanager
+def mounted(target, *options):
+    """A real file system mounted on `target` (root only; skipped where mounting is denied)."""
+    try:
+        subprocess.run(["mount", *options, str(target)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as err:
+        pytest.skip(f"cannot mount a file system here ({err})")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def test_a_real_full_disk_leaves_no_half_written_file(tmp_path):
+    results = tmp_path / "small"
+    results.mkdir()
+    with mounted(results, "-t", "tmpfs", "-o", "size=400k", "tmpfs"):
+        line = error_line(invoke(results))
+        assert "no space left" in line and str(results) in line
+        assert no_temporary_files(results)
+        for folder in results.iterdir():  # finished means whole
+            if (folder / "metrics.json").exists():
+                assert (folder / "test_embeddings.npz").exists()
+                json.loads((folder / "metrics.json").read_text())
+
+
+def test_a_real_read_only_folder_keeps_its_finished_runs(tmp_path):
+    results = tmp_path / "r"
+    assert invoke(results).exit_code == 0
+    before = sorted(p.name for p in results.iterdir())
+    with mounted(results, "--bind", "-o", "ro", str(results)):
+        line = error_line(invoke(results, "--seed", "1"))
+        assert "cannot write" in line and str(results) in line
+        out = CliRunner().invoke(
+            main, ["report", "--results", str(results), "--out", str(tmp_path / "rep")]
+        )
+        assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in results.iterdir()) == before
