@@ -51,6 +51,21 @@ def test_summary_is_mean_and_std_over_seeds_with_baseline_first(results):
     assert "triplet (semihard)" in table["method"].tolist()
 
 
+def test_copies_of_a_seed_are_one_run_and_nan_metrics_are_left_out_and_counted(results, tmp_path):
+    fake_run(results, "n64s1-copy", "nngk", 64, 1, 0.90)  # seed 1 again: one run, mean 0.85
+    fake_run(results, "n64s2", "nngk", 64, 2, float("nan"))  # diverged: not averaged in
+    table = summarise(load_runs(results)[0])
+    row = table[(table["method"] == "nngk") & (table["dims"] == 64)].iloc[0]
+    assert row["runs"] == 3 and row["nan_runs"] == 1
+    assert row["map@r_mean"] == pytest.approx((0.70 + 0.85) / 2)
+    assert row["map@r_std"] == pytest.approx(pd.Series([0.70, 0.85]).std())
+    write_report(results, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    assert "runs with NaN (left out)" in text
+    (line,) = [x for x in text.splitlines() if x.startswith("| nngk ") and "| 64 " in x]
+    assert [c.strip() for c in line.split("|")][-3:-1] == ["3", "1"]  # runs, runs with NaN
+
+
 def test_report_writes_table_csv_plot_and_index(results, tmp_path):
     out = tmp_path / "reports"
     written, problems = write_report(results, out)

@@ -95,8 +95,14 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     rows = md_rows(measured.split("## Ablation")[0])
     assert rows[0] == ["data set", "backbone", "init", "dims", "nngk", "softmax", "runs"]
     assert row_of(rows, "vgg16", "4096") == [
-        "cub", "vgg16", "imagenet", "4096", "80.00 ± 7.07", "75.00 ± 7.07", "4"
-    ]  # fmt: skip
+        "cub",
+        "vgg16",
+        "imagenet",
+        "4096",
+        "80.00 ± 7.07",
+        "75.00 ± 7.07",
+        "2",
+    ]  # fmt: skip  (runs: the row's distinct seeds, two per loss)
     assert row_of(rows, "resnet50") == ["cub", "resnet50", "imagenet", "2048", "-", "60.00", "1"]
     assert "paper" not in measured
     csv = pd.read_csv(out / "classification.csv")
@@ -189,8 +195,9 @@ def test_train_test_table_per_embedding_split_and_method(tmp_path):
         "runs",
     ]
     assert [row[0] for row in rows[1:]] == ["FC (train)", "GAP (train)", "FC (test)", "GAP (test)"]
-    assert rows[1] == ["FC (train)", "64", "-", "90.00 ± 0.00", "70.00 ± 0.00", "4"]
-    assert rows[2] == ["GAP (train)", "512", "50.00", "80.00 ± 0.00", "-", "3"]
+    # runs: the row's distinct seeds (0 and 1), whichever losses ran them
+    assert rows[1] == ["FC (train)", "64", "-", "90.00 ± 0.00", "70.00 ± 0.00", "2"]
+    assert rows[2] == ["GAP (train)", "512", "50.00", "80.00 ± 0.00", "-", "2"]
     assert rows[3][3:5] == ["45.00 ± 7.07", "55.00 ± 7.07"]
     assert rows[4][2:4] == ["50.00", "65.00 ± 7.07"]  # npair's test R@1 is its 0.5
     _, idx = knn(emb, 1)

@@ -17,6 +17,7 @@ from bench.report.table_format import (
     Files,
     cell,
     github_table,
+    one_per_seed,
     percent,
 )
 
@@ -27,12 +28,22 @@ def protocol_metrics(df: pd.DataFrame) -> list[str]:
     return [m for m in PROTOCOL_COLUMNS if m in df and df[m].notna().any()]
 
 
+KEYS = ["name", "dims"]
+
+
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std over seeds per method (with its varying settings) and size, baseline first."""
-    grouped = df.groupby(["name", "dims"], sort=True)
-    table = grouped[[*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]].agg(["mean", "std"])
+    """Mean and std over seeds per method (with its varying settings) and size, baseline first;
+    `runs` counts distinct seeds (copies of a seed are one run), `nan_runs` those of them with
+    a NaN metric, which is left out of the mean, not averaged in."""
+    values = [*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]
+    seeds = one_per_seed(df.assign(**{v: df[v].astype(float) for v in values}), KEYS, values)
+    grouped = seeds.groupby(KEYS, sort=True)
+    table = grouped[values].agg(["mean", "std"])
     table.columns = [f"{m}_{s}" for m, s in table.columns]
     table["runs"] = grouped.size()
+    table["nan_runs"] = (
+        seeds[list(METRIC_KEYS)].isna().any(axis=1).groupby([seeds[k] for k in KEYS]).sum()
+    )
     table = table.reset_index().merge(setup_columns(df, ["name", "dims"]), on=["name", "dims"])
     table = table.rename(columns={"name": "method"})
     baselines = set(df.loc[df["loss"] == BASELINE_LOSS, "name"])
@@ -43,12 +54,14 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
 def markdown_table(summary: pd.DataFrame, dataset: str, setup: str = "") -> str:
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     keys = (*METRIC_KEYS, *extra, "init_map@r")
+    nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
     rows = [
         [
             r["method"],
             int(r["dims"]),
             *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in keys),
             int(r["runs"]),
+            *([int(r["nan_runs"])] if nans else []),
         ]
         for _, r in summary.iterrows()
     ]
@@ -59,11 +72,13 @@ def markdown_table(summary: pd.DataFrame, dataset: str, setup: str = "") -> str:
         *(PROTOCOL_COLUMNS[m] for m in extra),
         "MAP@R at init",
         "runs",
+        *(["runs with NaN (left out)"] if nans else []),
     ]
     return (
         f"# {dataset}: embedding results on the test split\n\n"
         + (f"{setup}\n\n" if setup else "")
-        + "Metrics x100, mean ± std over seeds (runs = number of runs). Baselines: raw inputs "
+        + "Metrics x100, mean ± std over seeds (runs = number of distinct seeds; copies of a "
+        "seed count once, as their mean). Baselines: raw inputs "
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "

@@ -52,16 +52,26 @@ def github_table(rows: list[list], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=list(headers), tablefmt="github", disable_numparse=True) + "\n"
 
 
+def one_per_seed(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
+    """`values` per `keys` and seed: copies of one seed (the same settings run twice, or by an
+    earlier version) are one run, their mean; a value that is NaN in every copy stays NaN."""
+    if "seed" not in df:
+        return df[[*keys, *values]].assign(seed=range(len(df)))
+    return df.groupby([*keys, "seed"], sort=True, dropna=False)[values].mean().reset_index()
+
+
 def mean_std_table(df: pd.DataFrame, index: list[str], column: str, value: str) -> pd.DataFrame:
-    """A row per `index` value with `<c> mean` and `<c> std` of `value` over the runs (seeds)
-    for each value c of `column`, and the number of runs in the row."""
+    """A row per `index` value with `<c> mean` and `<c> std` of `value` over the seeds for
+    each value c of `column` (NaN values left out), and the number of distinct seeds in the
+    row (`runs`)."""
+    df = one_per_seed(df, [*index, column], [value])
     stats = df.groupby([*index, column], sort=True, dropna=False)[value].agg(["mean", "std"])
     stats = stats.unstack(column)
     wide = pd.DataFrame(index=stats.index)
     for c in sorted(df[column].unique()):
         wide[f"{c} mean"] = stats[("mean", c)]
         wide[f"{c} std"] = stats[("std", c)]
-    wide["runs"] = df.groupby(index, sort=True, dropna=False).size()
+    wide["runs"] = df.groupby(index, sort=True, dropna=False)["seed"].nunique()
     return wide.reset_index()
 
 
