@@ -13,12 +13,25 @@ MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
 
 def recall_at_k(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
     """Fraction of queries with at least one same-label item among their K nearest neighbours."""
+    return {
+        f"recall@{k}": float(hits.mean())
+        for k, hits in query_hits(neighbour_labels, labels, ks).items()
+    }
+
+
+def query_hits(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
+    """recall@K of each query (1.0 or 0.0): whether a same-label item is among its K nearest."""
     hits = neighbour_labels == labels[:, None]
-    return {f"recall@{k}": float(hits[:, :k].any(axis=1).mean()) for k in ks}
+    return {k: hits[:, :k].any(axis=1).astype(np.float64) for k in ks}
 
 
 def map_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
     """MAP@R (Musgrave et al. 2020): R = the number of other items of the query's class."""
+    return float(np.nanmean(average_precision_at_r(neighbour_labels, labels)))
+
+
+def average_precision_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """AP@R of each query; NaN for a query whose class has no other item (R = 0)."""
     classes, counts = np.unique(labels, return_counts=True)
     r = counts[np.searchsorted(classes, labels)] - 1
     max_r = int(r.max())
@@ -31,9 +44,21 @@ def map_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
     within_r = ranks[None, :] <= r[:, None]
     hits *= within_r
     precision = np.cumsum(hits, axis=1) / ranks
+    ap = np.full(len(labels), np.nan)
     valid = r > 0
-    ap = (precision * hits).sum(axis=1)[valid] / r[valid]
-    return float(ap.mean())
+    ap[valid] = (precision * hits).sum(axis=1)[valid] / r[valid]
+    return ap
+
+
+def query_scores(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """Each query's R@K and AP@R, in query order: what the report's bootstrap resamples. Their
+    means are the evaluator's recall@K and map@r."""
+    labels = np.asarray(labels)
+    _, counts = np.unique(labels, return_counts=True)
+    _, idx = knn(embeddings, max(max(RECALL_KS), int(counts.max()) - 1))
+    scores = {f"recall@{k}": hits for k, hits in query_hits(labels[idx], labels).items()}
+    scores["map@r"] = average_precision_at_r(labels[idx], labels)
+    return scores
 
 
 def mprec_from_neighbours(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:

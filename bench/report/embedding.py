@@ -10,6 +10,7 @@ from bench.report import figures
 from bench.report.reference import reference_rows
 from bench.report.runs import BASELINE_LOSS, setting_labels, trained_runs
 from bench.report.setup import setup_columns, setup_line
+from bench.report.significance import REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
     COLUMNS,
     FLOAT,
@@ -38,8 +39,8 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     values = [*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]
     seeds = one_per_seed(df.assign(**{v: df[v].astype(float) for v in values}), KEYS, values)
     grouped = seeds.groupby(KEYS, sort=True)
-    table = grouped[values].agg(["mean", "std"])
-    table.columns = [f"{m}_{s}" for m, s in table.columns]
+    table = grouped[values].agg(["mean", "std", t_halfwidth])
+    table.columns = [f"{m}_{'ci' if s == 't_halfwidth' else s}" for m, s in table.columns]
     table["runs"] = grouped.size()
     table["nan_runs"] = (
         seeds[list(METRIC_KEYS)].isna().any(axis=1).groupby([seeds[k] for k in KEYS]).sum()
@@ -51,15 +52,39 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
 
 
-def markdown_table(summary: pd.DataFrame, dataset: str, setup: str = "") -> str:
+def marks_of(differences: pd.DataFrame) -> dict[tuple[str, int, str], str]:
+    """(name, dims, metric) -> '▲' or '▼' (significantly above or below the reference row),
+    'best' (the best row, significantly above the second), or ''."""
+    marks = {}
+    for r in differences.itertuples(index=False):
+        mark = ("▲" if r.diff > 0 else "▼") if r.significant else ""
+        marks[(r.name, int(r.dims), r.metric)] = "best" if r.beats_second else mark
+    return marks
+
+
+def marked(text: str, mark: str) -> str:
+    if mark == "best":
+        return f"**{text}**"
+    return f"{text} {mark}" if mark else text
+
+
+def markdown_table(
+    summary: pd.DataFrame, dataset: str, setup: str = "", differences: pd.DataFrame | None = None
+) -> str:
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     keys = (*METRIC_KEYS, *extra, "init_map@r")
+    marks = marks_of(differences) if differences is not None else {}
     nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
     rows = [
         [
             r["method"],
             int(r["dims"]),
-            *(cell(r[f"{k}_mean"], r[f"{k}_std"]) for k in keys),
+            *(
+                marked(
+                    cell(r[f"{k}_mean"], r[f"{k}_ci"]), marks.get((r["method"], r["dims"], k), "")
+                )
+                for k in keys
+            ),
             int(r["runs"]),
             *([int(r["nan_runs"])] if nans else []),
         ]
@@ -77,12 +102,25 @@ def markdown_table(summary: pd.DataFrame, dataset: str, setup: str = "") -> str:
     return (
         f"# {dataset}: embedding results on the test split\n\n"
         + (f"{setup}\n\n" if setup else "")
-        + "Metrics x100, mean ± std over seeds (runs = number of distinct seeds; copies of a "
-        "seed count once, as their mean). Baselines: raw inputs "
+        + "Metrics x100, mean ± 95 % confidence interval over seeds (Student's t; no interval "
+        "with one seed). runs = distinct seeds; copies of a seed count once, as their mean. "
+        + (significance_note(differences) if differences is not None and len(differences) else "")
+        + "Baselines: raw inputs "
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "
         "evaluated the same way.\n\n" + github_table(rows, headers)
+    )
+
+
+def significance_note(differences: pd.DataFrame) -> str:
+    refs = differences.groupby("dims")["reference"].agg(lambda r: ", ".join(sorted(set(r))))
+    named = "; ".join(f"{d}-d: {names}" for d, names in refs.items())
+    return (
+        "▲/▼: significantly above/below the reference row of its size and column (the best "
+        f"trained row; {named}), by a bootstrap over test queries and seeds ({REPLICATES:,} "
+        "replicates, 95 %); **bold**: the best row of a column, significantly above the "
+        "second. R@K and MAP@R only: NMI has no per-query score. "
     )
 
 
@@ -144,13 +182,18 @@ def embedding_files(part: pd.DataFrame, table: str) -> Files:
     """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (seed 000 Tables 1-2, Fig. 2)."""
     summary = summarise(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
+    differences = compare_rows(trained_runs(part))
     files = {
         f"{table}.md": (
-            markdown_table(summary, table, setup_line(part)) + paper_markdown(papers)
+            markdown_table(summary, table, setup_line(part), differences) + paper_markdown(papers)
         ).encode(),
         f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
         f"{table}.png": dims_figure(part),
     }
+    if len(differences):
+        files[f"{table}-differences.csv"] = differences.to_csv(
+            index=False, float_format=FLOAT
+        ).encode()
     if len(papers):
         files[f"{table}-paper.csv"] = papers.to_csv(index=False).encode()
     trained = trained_runs(part)

@@ -1,0 +1,103 @@
+"""Confidence intervals and significance marks of the main table, against plain references."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bench.evaluation.metrics import evaluate
+from bench.evaluation.retrieval import query_scores
+from bench.report.significance import bootstrap_difference, t_halfwidth
+from bench.report.write import write_report
+from tests.test_report_tables import make_run
+
+
+def test_t_interval_matches_a_hand_computation():
+    # mean 0.75, s = 0.0707, t(0.975, 1) = 12.706: half-width 12.706 * 0.0707 / sqrt(2)
+    assert t_halfwidth(pd.Series([0.7, 0.8])) == pytest.approx(0.6353, abs=1e-4)
+    values = np.array([0.3, 0.35, 0.32, 0.4])
+    low, high = stats.t.interval(0.95, 3, loc=values.mean(), scale=stats.sem(values))
+    assert t_halfwidth(pd.Series(values)) == pytest.approx((high - low) / 2)
+    assert np.isnan(t_halfwidth(pd.Series([0.5])))
+    assert t_halfwidth(pd.Series([0.5, np.nan, 0.7])) == pytest.approx(t_halfwidth([0.5, 0.7]))
+
+
+def plain_bootstrap(a, b, replicates, rng):
+    """The same hierarchical bootstrap as a plain loop: queries jointly, seeds per row."""
+    diffs = []
+    for _ in range(replicates):
+        q = rng.integers(0, a.shape[1], a.shape[1])
+        sa = rng.integers(0, len(a), len(a))
+        sb = rng.integers(0, len(b), len(b))
+        diffs.append(a[sa][:, q].mean() - b[sb][:, q].mean())
+    return np.percentile(diffs, [2.5, 97.5])
+
+
+def test_bootstrap_interval_matches_a_plain_loop():
+    rng = np.random.default_rng(1)
+    a = (rng.random((3, 400)) < 0.6).astype(float)
+    b = (rng.random((2, 400)) < 0.5).astype(float)
+    d = bootstrap_difference(a, b, replicates=4000)
+    low, high = plain_bootstrap(a, b, 4000, np.random.default_rng(2))
+    assert d.diff == pytest.approx(a.mean() - b.mean())
+    assert d.low == pytest.approx(low, abs=0.01) and d.high == pytest.approx(high, abs=0.01)
+    assert d.significant
+
+
+def test_no_difference_is_not_significant_and_nan_queries_are_left_out():
+    rng = np.random.default_rng(0)
+    a = rng.random((3, 300))
+    b = a[::-1] + rng.normal(0, 0.01, a.shape)  # the same row, its seeds in another order
+    a[:, 5] = np.nan  # a query without an AP@R (its class has one item)
+    d = bootstrap_difference(a, b)
+    assert not d.significant and d.low < 0 < d.high and np.isfinite(d.diff)
+
+
+def test_per_query_scores_average_to_the_evaluator_metrics():
+    rng = np.random.default_rng(3)
+    labels = np.repeat(np.arange(6), 5)
+    emb = rng.normal(size=(30, 8)) + labels[:, None] * 0.5
+    scores, metrics = query_scores(emb, labels), evaluate(emb, labels)
+    for key in ("recall@1", "recall@4", "map@r"):
+        assert np.nanmean(scores[key]) == pytest.approx(metrics[key])
+
+
+def embedded_run(results, name, loss, seed, noise):
+    """A finished run whose saved test embeddings are class centres plus `noise`."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(np.arange(10), 20)
+    centres = np.random.default_rng(99).normal(size=(10, 16))
+    emb = (centres[labels] + rng.normal(0, noise, (200, 16))).astype(np.float32)
+    metrics = evaluate(emb, labels)
+    arrays = {"test_embeddings.npz": (emb, labels)}
+    return make_run(results, name, arrays=arrays, loss=loss, seed=seed, **metrics)
+
+
+def test_report_marks_significant_differences_and_bolds_a_clear_winner(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
+        embedded_run(r, f"same{seed}", "npair", seed + 10, noise=0.6)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    written, problems = write_report(r, tmp_path / "rep")
+    assert problems == [] and tmp_path / "rep" / "digits-differences.csv" in written
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    map_cell = {name: row.split("|")[-4].strip() for name, row in rows.items() if name != "loss"}
+    assert "▼" in map_cell["lifted"]  # far below the best
+    assert "▼" not in map_cell["npair"] and "▼" not in map_cell["contrastive"]  # a tie
+    assert not any(c.startswith("**") for c in map_cell.values())  # the best does not win clearly
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    lifted = differences[(differences["name"] == "lifted") & (differences["metric"] == "map@r")]
+    assert lifted["significant"].item() and lifted["high"].item() < 0
+
+
+def test_a_clear_winner_is_bold(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(2):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.4)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    write_report(r, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    (good,) = [line for line in text.splitlines() if line.startswith("| contrastive ")]
+    assert good.split("|")[-4].strip().startswith("**")
