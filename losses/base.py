@@ -16,7 +16,9 @@ class BenchLoss(nn.Module):
     """Base class of the harness's losses.
 
     The trainer reads only these declarations; it has no per-loss branches:
-    - `class_balanced`: batches come from PML's MPerClassSampler;
+    - `class_balanced`: batches come from PML's MPerClassSampler, with `examples_per_class`
+      examples of each class where the loss needs a number (N-pair: a pair per class; None:
+      the preset's m_per_class; the run's --m-per-class overrides both);
     - `needs_indices`: `forward` receives the dataset indices of the batch;
     - `normalize_embeddings`: the loss works on the unit sphere, so the evaluated embedding is
       L2-normalised too;
@@ -26,6 +28,7 @@ class BenchLoss(nn.Module):
     """
 
     class_balanced: ClassVar[bool] = False
+    examples_per_class: ClassVar[int | None] = None
     needs_indices: ClassVar[bool] = False
     normalize_embeddings: ClassVar[bool] = False
     refresh_interval: int | None = None
@@ -59,6 +62,10 @@ class BenchLoss(nn.Module):
     def epoch_stats(self) -> dict[str, float]:
         """Extra per-epoch values to record in the run's history."""
         return {}
+
+    def warnings(self) -> list[str]:
+        """What went wrong in the epoch `epoch_stats` just summed up (e.g. flat kernels)."""
+        return []
 
 
 class PMLLoss(BenchLoss):

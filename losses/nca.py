@@ -9,6 +9,7 @@ class NCALoss(PMLLoss):
     """Goldberger et al. 2005 within the batch: softmax over -scale * squared distances of
     L2-normalised embeddings (PML's NCALoss)."""
 
+    class_balanced = True  # with random batches most anchors have no positive in the batch
     normalize_embeddings = True
 
     def __init__(self, softmax_scale: float = 1.0):

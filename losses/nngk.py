@@ -11,6 +11,15 @@ each refresh. The loss of x with label R is Eq. 3's negative log-probability
 computed with logsumexp over log w_i - ||x - c_i||^2 / (2 sigma^2), so it never overflows or
 underflows. Gradients reach x and the weights (w = exp(log_w) > 0), never the stored centres.
 
+The paper's sigma (10 to 30 for 64- to 1024-d GoogLeNet embeddings, about 100 for VGG16's 4096)
+is an absolute width: the network learns an embedding scale that suits it. When the kernels of
+a neighbour list barely differ (sigma far above the distances, as with a small network at a
+small learning rate), the softmax of Eq. 3 is nearly uniform and the loss hardly learns: each
+epoch records the mean spread of ||x - c||^2 / (2 sigma^2) over a list, and `warnings` reports
+it when the last epoch was flat. (A sigma re-set at every refresh to the median neighbour
+distance was tried and learned less: the loss becomes scale-free, and the network can no
+longer sharpen its kernels by growing the embedding; see issue 14's note.)
+
 When none of an example's k neighbours has its label (its class lies far away, or k is small),
 the numerator would be empty and the loss infinite. Then the farthest neighbour of its list is
 replaced by its nearest centre of its own class, so the loss stays finite and pulls x toward its
@@ -28,6 +37,8 @@ from bench.util.knn import knn, search
 from bench.util.progress import log
 from losses.base import BenchLoss
 from losses.registry import register_loss
+
+FLAT_SPREAD = 0.1  # below this spread of the kernel exponents a list's softmax is ~uniform
 
 
 def kernel_logits(
@@ -88,7 +99,9 @@ class NNGKLoss(BenchLoss):
         self.register_buffer("centre_labels", torch.zeros(num_train, dtype=torch.long))
         self.register_buffer("neighbours", torch.zeros(num_train, self.k, dtype=torch.long))
         self.register_buffer("refreshed", torch.tensor(False))
-        self._stats = torch.zeros(3, dtype=torch.float64)  # sum distance, sum kernel, count
+        # sum distance, sum kernel, sum exponent spread, distances, lists
+        self._stats = torch.zeros(5, dtype=torch.float64)
+        self._flat: float | None = None
 
     @torch.no_grad()
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
@@ -133,17 +146,41 @@ class NNGKLoss(BenchLoss):
     @torch.no_grad()
     def _record(self, x: torch.Tensor, nbr: torch.Tensor) -> None:
         d2 = (x.unsqueeze(1) - self.centres[nbr].to(x)).pow(2).sum(-1).double().cpu()
-        kernel = torch.exp(-d2 / (2.0 * self.sigma**2))
-        self._stats += torch.stack([d2.sqrt().sum(), kernel.sum(), torch.tensor(d2.numel())])
+        exponent = d2 / (2.0 * self.sigma**2)
+        spread = exponent.max(dim=1).values - exponent.min(dim=1).values
+        self._stats += torch.stack(
+            [
+                d2.sqrt().sum(),
+                torch.exp(-exponent).sum(),
+                spread.sum(),
+                torch.tensor(float(d2.numel())),
+                torch.tensor(float(len(d2))),
+            ]
+        )
 
     def epoch_stats(self) -> dict[str, float]:
         """Fig. 4b, 4c: mean distance and mean kernel value (Eq. 1) from the training examples
-        to the centres of their neighbour lists (k nearest at the last refresh), this epoch."""
-        total_d, total_k, count = self._stats.tolist()
+        to the centres of their neighbour lists (k nearest at the last refresh), this epoch;
+        and the mean spread of the kernel exponents over a list."""
+        total_d, total_k, total_spread, count, lists = self._stats.tolist()
         self._stats.zero_()
         if not count:
             return {}
-        return {"mean_centre_distance": total_d / count, "mean_kernel_value": total_k / count}
+        spread = total_spread / lists
+        self._flat = spread if spread < FLAT_SPREAD else None
+        return {
+            "mean_centre_distance": total_d / count,
+            "mean_kernel_value": total_k / count,
+            "kernel_exponent_spread": spread,
+        }
+
+    def warnings(self) -> list[str]:
+        if self._flat is None:
+            return []
+        return [
+            f"NNGK kernels are flat (exponents of a neighbour list differ by {self._flat:.3g} on "
+            f"average at sigma {self.sigma:g}): the loss can hardly learn; use a smaller --sigma"
+        ]
 
 
 @torch.no_grad()

@@ -9,9 +9,13 @@ from losses.registry import register_loss
 @register_loss("npair")
 class NPairLoss(PMLLoss):
     """Sohn 2016 multi-class N-pair loss: raw inner products, one pair per class in the batch,
-    plus `l2_reg` times the squared L2 norm of the embeddings (the paper's 0.002)."""
+    plus `l2_reg` times the squared L2 norm of the embeddings (the paper's 0.002).
+
+    A batch holds N classes x 2 examples (the paper's N pairs): PML takes one pair per class, so
+    more examples of a class would be left unused."""
 
     class_balanced = True
+    examples_per_class = 2
 
     def __init__(self, l2_reg: float = 0.002):
         super().__init__(

@@ -692,7 +692,7 @@ def test_softmax_matches_log_softmax_loop():
 DECLARED = {
     "contrastive": (True, False, True, None),
     "lifted": (True, False, True, None),
-    "nca": (False, False, True, None),
+    "nca": (True, False, True, None),
     "nngk": (False, True, False, 10),
     "npair": (True, False, False, None),
     "softmax": (False, False, False, None),

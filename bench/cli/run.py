@@ -84,6 +84,13 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
 @click.option("--miner", default=None, help="Triplet miner (see `losses`).")
 @click.option("--epochs", type=POSITIVE, default=None)
 @click.option("--batch-size", type=click.IntRange(min=2), default=None)
+@click.option(
+    "--m-per-class",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Examples of each class in a class-balanced batch (default: what the loss declares, "
+    "else the preset's).",
+)
 @click.option("--lr", type=NON_NEGATIVE, default=None)
 @click.option("--weight-decay", type=NON_NEGATIVE, default=None)
 @click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width.")
@@ -148,6 +155,7 @@ def run(
     miner,
     epochs,
     batch_size,
+    m_per_class,
     lr,
     weight_decay,
     sigma,
@@ -187,6 +195,7 @@ def run(
     overrides = dict(
         epochs=epochs,
         batch_size=batch_size,
+        m_per_class=m_per_class,
         lr=lr,
         weight_decay=weight_decay,
         backbone=backbone,

@@ -57,8 +57,14 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
     params = params if isinstance(params, dict) else {}
     init = metrics.get("untrained_network") or {}
     init = init if isinstance(init, dict) else {}
+    warnings = metrics.get("warnings") or []
     return {
-        **{k: v for k, v in metrics.items() if k not in ("loss_params", "untrained_network")},
+        **{
+            k: _scalar(v)
+            for k, v in metrics.items()
+            if k not in ("loss_params", "untrained_network")
+        },
+        "warnings": "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings),
         **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
         **{f"param_{k}": _scalar(v) for k, v in sorted(params.items()) if k != "miner"},
         "init_map@r": init.get("map@r"),

@@ -282,6 +282,8 @@ class Trainer:
             row = {"epoch": epoch + 1, "train_loss": train_loss}
             row.update({f"val_{k}": v for k, v in val.items() if k != "score"})
             row.update(self.loss.epoch_stats())
+            if epoch + 1 == cfg.epochs:  # how training ended: early epochs may look flat
+                self.note(progress, self.loss.warnings())
             row["seconds"] = time.perf_counter() - t0
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
@@ -290,6 +292,32 @@ class Trainer:
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
         return self.finish(progress)
+
+    def note(self, progress: dict, warnings: list[str]) -> None:
+        """Log each new warning once, and keep it for metrics.json."""
+        kept = progress.setdefault("warnings", [])
+        for text in warnings:
+            if text not in kept:
+                log.warning(f"{self.name}: {text}")
+                kept.append(text)
+
+    def loss_trend(self, progress: dict) -> dict:
+        """The training loss's relative change from the first epoch to the last; a warning
+        when it did not fall (by 1 % at least)."""
+        losses = [row["train_loss"] for row in progress["history"]]
+        if len(losses) < 2 or not losses[0]:
+            return {}
+        change = (losses[-1] - losses[0]) / abs(losses[0])
+        if change > -0.01:
+            self.note(
+                progress,
+                [
+                    f"the training loss did not decrease ({losses[0]:.4g} in epoch 1, "
+                    f"{losses[-1]:.4g} in epoch {len(losses)}): check the learning rate and "
+                    "the loss's parameters"
+                ],
+            )
+        return {"train_loss_change": change}
 
     def stop_diverged(self, progress: dict, where: Diverged) -> dict:
         """Training went non-finite: finish with the best epoch so far, recording where it
@@ -332,5 +360,7 @@ class Trainer:
         )
         if "diverged" in progress:
             metrics["diverged"] = progress["diverged"]
+        metrics.update(self.loss_trend(progress))
+        metrics["warnings"] = progress.get("warnings", [])
         atomic_write_json(self.run_dir / store.METRICS, metrics)
         return metrics
