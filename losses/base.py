@@ -27,6 +27,8 @@ class BenchLoss(nn.Module):
     - parameters of the module (weights, a classifier) are optimised with the network.
     """
 
+    # Where each default parameter value comes from: a source document, PML, or "chosen here".
+    sources: ClassVar[dict[str, str]] = {}
     class_balanced: ClassVar[bool] = False
     examples_per_class: ClassVar[int | None] = None
     needs_indices: ClassVar[bool] = False

@@ -36,6 +36,13 @@ def batch_normalise(d: torch.Tensor) -> torch.Tensor:
 class BCEPairLoss(BenchLoss):
     """Seed 004 Eq. 2-3: sigmoid(w * batchnorm(D) + b) with binary cross-entropy per pair."""
 
+    sources = {
+        "pairs_per_anchor": (
+            "chosen here: each anchor gets one positive and one negative pair (seed 004 Algorithm"
+            " 1 draws one pair per image, positive or negative at random, 50-50 overall)"
+        ),
+    }
+
     class_balanced = True
 
     def __init__(self, pairs_per_anchor: int = 1):

@@ -8,6 +8,13 @@ from losses.registry import register_loss
 class ContrastiveLoss(PMLLoss):
     """Hadsell et al. 2006 on L2-normalised embeddings (PML's ContrastiveLoss, all batch pairs)."""
 
+    sources = {
+        "pos_margin": "PML's default (0)",
+        "neg_margin": (
+            "chosen here: no source states one (PML's default is 1.0); a candidate for tuning"
+        ),
+    }
+
     class_balanced = True
     normalize_embeddings = True
 

@@ -30,6 +30,11 @@ def contrastive_squared(
 class ContrastiveSquaredLoss(BenchLoss):
     """Seed 004 Eq. 4: y D^2 + (1 - y) max(0, m - D)^2 over balanced online pairs, raw D."""
 
+    sources = {
+        "margin": "chosen here: seed 004 Eq. 4 has a margin m without a value",
+        "pairs_per_anchor": "chosen here, as bce-pair's",
+    }
+
     class_balanced = True
 
     def __init__(self, margin: float = 1.0, pairs_per_anchor: int = 1):

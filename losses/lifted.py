@@ -32,6 +32,11 @@ def lifted_structure_loss(
 class LiftedStructureLoss(BenchLoss):
     """Lifted structured embedding loss (Song et al. 2016) over every pair of the batch."""
 
+    sources = {
+        "neg_margin": "PML's default (1.0); no source document states one",
+        "pos_margin": "PML's default (0)",
+    }
+
     class_balanced = True
     normalize_embeddings = True
 

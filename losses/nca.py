@@ -9,6 +9,13 @@ class NCALoss(PMLLoss):
     """Goldberger et al. 2005 within the batch: softmax over -scale * squared distances of
     L2-normalised embeddings (PML's NCALoss)."""
 
+    sources = {
+        "softmax_scale": (
+            "PML's default (1); on the unit sphere squared distances lie in [0, 4], so its "
+            "softmax is soft; a candidate for tuning"
+        ),
+    }
+
     class_balanced = True  # with random batches most anchors have no positive in the batch
     normalize_embeddings = True
 

@@ -68,6 +68,21 @@ def nearest_same_class(centres: torch.Tensor, labels: torch.Tensor, rows: torch.
 class NNGKLoss(BenchLoss):
     """NNGK loss over a bank of training-set centres with learned per-centre weights."""
 
+    sources = {
+        "sigma": (
+            "seed 000 §3.1: 'values between 10 and 30 work well' (presets: 10 to 30 by size for a"
+            " pretrained network, 1 for one trained from scratch)"
+        ),
+        "k": "seed 000 §3.1: 'We use 100 nearest neighbours'",
+        "update_interval": (
+            "seed 000 §3.1: 'an update interval of 10 epochs' (presets: every epoch for a network"
+            " trained from scratch)"
+        ),
+        "learn_weights": (
+            "seed 000 §2.1: weights 'learned end-to-end' (fixed at one: the Table 5 ablation)"
+        ),
+    }
+
     needs_indices = True
 
     def __init__(

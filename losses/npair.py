@@ -14,6 +14,13 @@ class NPairLoss(PMLLoss):
     A batch holds N classes x 2 examples (the paper's N pairs): PML takes one pair per class, so
     more examples of a class would be left unused."""
 
+    sources = {
+        "l2_reg": (
+            "Sohn 2016's embedding L2 regulariser (that paper is not among the source documents; "
+            "the value is unchecked)"
+        ),
+    }
+
     class_balanced = True
     examples_per_class = 2
 

@@ -33,6 +33,12 @@ def triplet_nca(x: torch.Tensor, triplets, temperature: float) -> torch.Tensor:
 class TripletNCALoss(BenchLoss):
     """Liu et al. 2019: NCA-form triplet loss, -ln softmax of s_ap/T against s_an/T, mined."""
 
+    sources = {
+        "miner": "seed 003's Semi-Hard Negative strategy (SHN)",
+        "temperature": "chosen here: seed 003 gives no temperature",
+        "margin": "chosen here: seed 003 selects negatives 'within a margin' without a value",
+    }
+
     class_balanced = True
     normalize_embeddings = True
 

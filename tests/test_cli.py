@@ -216,6 +216,19 @@ def test_losses_command_lists_losses_and_miners():
     assert "sigma=10.0" in out.output and "update_interval=10" in out.output
 
 
+def test_every_default_of_every_loss_names_its_source():
+    from losses import get_loss_class, loss_defaults, loss_names
+
+    out = cli("losses").output
+    for name in loss_names():
+        cls = get_loss_class(name)
+        for param, value in loss_defaults(name).items():
+            source = cls.sources.get(param, "")
+            assert source, f"{name}.{param} has no source"
+            assert f"    {param}={value}: {source}" in out.splitlines()  # whole, not cut off
+    assert "needs: class-balanced batches: N classes x 2" in out  # npair
+
+
 def test_killed_run_resumes_to_the_same_metrics(tmp_path):
     args = ["run", "--loss", "nngk", "--dataset", "digits", "--epochs", "12", "--dims", "16"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from bench.cli import check, features, linear, losses, report, run, speed, suite, visualize
@@ -20,6 +23,9 @@ class OneLineErrors(click.Group):
             error = click.ClickException(err.format_message())
             error.exit_code = err.exit_code
             raise error from None
+        except BrokenPipeError:  # the output's reader quit (e.g. `| head`): stop quietly
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 (Python's advice for SIGPIPE)
+            sys.exit(1)
         except OSError as err:
             raise click.ClickException(os_error_line(err)) from None
 

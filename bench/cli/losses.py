@@ -1,21 +1,54 @@
-"""`nngk-bench losses`: the losses and miners with their default parameters."""
+"""`nngk-bench losses`: the losses and miners, what each needs, and where its defaults come from."""
 
 from __future__ import annotations
+
+import inspect
 
 import click
 
 
+def batch_text(cls) -> str:
+    if not cls.class_balanced:
+        return "random batches"
+    if cls.examples_per_class:
+        return f"class-balanced batches: N classes x {cls.examples_per_class}"
+    return "class-balanced batches: the preset's examples per class (--m-per-class)"
+
+
+def needs_text(cls) -> str:
+    needs = [batch_text(cls)]
+    if cls.normalize_embeddings:
+        needs.append("L2-normalised embeddings")
+    if cls.needs_indices:
+        needs.append("dataset indices")
+    interval = inspect.signature(cls.__init__).parameters.get("update_interval")
+    if interval is not None or cls.refresh_interval:
+        needs.append("a refresh from the whole training set (update_interval)")
+    return "; ".join(needs)
+
+
+def describe(name: str) -> list[str]:
+    """The lines of one loss: name, its docstring's first paragraph, needs, each default."""
+    from losses import get_loss_class, loss_defaults
+
+    cls = get_loss_class(name)
+    summary = inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ")
+    lines = [name, f"    {summary}", f"    needs: {needs_text(cls)}"]
+    for param, value in loss_defaults(name).items():
+        source = cls.sources.get(param, "no source recorded")
+        lines.append(f"    {param}={value}: {source}")
+    return lines
+
+
 @click.command(name="losses")
 def list_losses():
-    """List the losses and miners with their default parameters."""
-    from losses import get_loss_class, loss_defaults, loss_names
+    """List the losses (what each needs, every default with its source) and the miners."""
+    from losses import loss_names
     from miners import MINERS
 
     for name in loss_names():
-        params = ", ".join(f"{k}={v}" for k, v in loss_defaults(name).items()) or "-"
-        doc = (get_loss_class(name).__doc__ or "").strip().splitlines()[0]
-        click.echo(f"{name:12s} {params}\n{'':12s} {doc}")
-    click.echo("\nminers (triplet --miner):")
+        click.echo("\n".join(describe(name)))
+    click.echo("\nminers (triplet --miner; their margin is the loss's):")
     for name, cls in sorted(MINERS.items()):
-        doc = (cls.__doc__ or "").strip().splitlines()[0]
-        click.echo(f"{name:14s} {doc}")
+        summary = inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ")
+        click.echo(f"{name}\n    {summary}")
