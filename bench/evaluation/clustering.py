@@ -9,13 +9,23 @@ from sklearn.metrics import normalized_mutual_info_score
 from bench.util.knn import _as_float32
 
 
-def nmi(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo: int = 5) -> float:
-    """NMI of k-means clusters (as many as classes; best of `nredo` faiss restarts) with labels."""
+def nmi(embeddings: np.ndarray, labels: np.ndarray) -> float:
+    """NMI of one k-means run (as many clusters as classes) with the labels, exactly as PML's
+    AccuracyCalculator computes it: faiss's Kmeans with 20 iterations and its other defaults."""
     x = _as_float32(embeddings)
-    n_classes = len(np.unique(labels))
+    kmeans = faiss.Kmeans(x.shape[1], len(np.unique(labels)), niter=20, verbose=False)
+    kmeans.train(x)
+    _, assignment = kmeans.index.search(x, 1)
+    return float(normalized_mutual_info_score(labels, assignment[:, 0]))
+
+
+def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo: int = 5) -> float:
+    """NMI of the best of `nredo` k-means restarts (lowest objective, 50 iterations, every
+    point used): 0.03 to 0.20 above `nmi` on our runs; what earlier versions called NMI."""
+    x = _as_float32(embeddings)
     kmeans = faiss.Kmeans(
         x.shape[1],
-        n_classes,
+        len(np.unique(labels)),
         niter=50,
         nredo=nredo,
         seed=seed,

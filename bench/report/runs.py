@@ -85,6 +85,8 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         if missing:
             problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
             continue
+        if "nmi_best_of_5" not in metrics:  # earlier versions' NMI was the best of 5 restarts
+            metrics["nmi_best_of_5"], metrics["nmi"] = metrics["nmi"], float("nan")
         protocol = metrics.setdefault("protocol", "metric")
         # Seed 002's methods (protocol "linear") follow a split of the data (data_protocol;
         # "file" for a features file): their baseline is in the deep runs' table of that split.

@@ -13,6 +13,7 @@ from bench.report.reference import reference_rows
 from bench.report.runs import format_value
 
 PROTOCOL_COLUMNS = {
+    "nmi_best_of_5": "NMI (best of 5)",
     "accuracy": "Accuracy",
     **{f"mprec@{k}": f"mprec@{k}" for k in MPREC_KS},  # seed 002's methods
     **{

@@ -185,7 +185,7 @@ class Trainer:
         emb, labels = self.embed_split(self.data.val)
         if not np.isfinite(emb).all():
             raise Diverged(epoch, "validation embeddings", float("nan"))
-        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed, restarts=False)
         if self.cfg.protocol == "classify":
             metrics.update(classification_scores(self.class_probabilities(emb), labels))
             metrics["score"] = -metrics["nll"]
