@@ -29,6 +29,9 @@ class BenchLoss(nn.Module):
 
     # Where each default parameter value comes from: a source document, PML, or "chosen here".
     sources: ClassVar[dict[str, str]] = {}
+    # What `tune` searches beside the learning rate and weight decay: name -> (kind, low,
+    # high), kind "float" (uniform), "log" (log-uniform) or "int".
+    search_space: ClassVar[dict[str, tuple[str, float, float]]] = {}
     class_balanced: ClassVar[bool] = False
     examples_per_class: ClassVar[int | None] = None
     needs_indices: ClassVar[bool] = False

@@ -42,6 +42,7 @@ class BCEPairLoss(BenchLoss):
             " 1 draws one pair per image, positive or negative at random, 50-50 overall)"
         ),
     }
+    search_space = {"pairs_per_anchor": ("int", 1, 4)}
 
     class_balanced = True
 

@@ -14,6 +14,7 @@ class ContrastiveLoss(PMLLoss):
             "chosen here: no source states one (PML's default is 1.0); a candidate for tuning"
         ),
     }
+    search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.2, 1.5)}
 
     class_balanced = True
     normalize_embeddings = True

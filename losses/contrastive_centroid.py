@@ -30,6 +30,7 @@ class ContrastiveCentroidLoss(ContrastiveSquaredLoss):
             "9: before the 1st and 5th)"
         ),
     }
+    search_space = {"margin": ("float", 0.2, 2.0), "closest_classes": ("int", 1, 20)}
 
     def __init__(
         self,

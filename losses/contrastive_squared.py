@@ -34,6 +34,7 @@ class ContrastiveSquaredLoss(BenchLoss):
         "margin": "chosen here: seed 004 Eq. 4 has a margin m without a value",
         "pairs_per_anchor": "chosen here, as bce-pair's",
     }
+    search_space = {"margin": ("float", 0.2, 2.0)}
 
     class_balanced = True
 

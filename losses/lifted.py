@@ -36,6 +36,7 @@ class LiftedStructureLoss(BenchLoss):
         "neg_margin": "PML's default (1.0); no source document states one",
         "pos_margin": "PML's default (0)",
     }
+    search_space = {"neg_margin": ("float", 0.2, 2.0)}
 
     class_balanced = True
     normalize_embeddings = True

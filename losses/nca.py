@@ -15,6 +15,7 @@ class NCALoss(PMLLoss):
             "softmax is soft; a candidate for tuning"
         ),
     }
+    search_space = {"softmax_scale": ("log", 1.0, 64.0)}
 
     class_balanced = True  # with random batches most anchors have no positive in the batch
     normalize_embeddings = True

@@ -82,6 +82,7 @@ class NNGKLoss(BenchLoss):
             "seed 000 §2.1: weights 'learned end-to-end' (fixed at one: the Table 5 ablation)"
         ),
     }
+    search_space = {"sigma": ("log", 0.1, 30.0), "k": ("int", 20, 200)}
 
     needs_indices = True
 

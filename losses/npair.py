@@ -20,6 +20,7 @@ class NPairLoss(PMLLoss):
             "the value is unchecked)"
         ),
     }
+    search_space = {"l2_reg": ("log", 1e-4, 1e-1)}
 
     class_balanced = True
     examples_per_class = 2

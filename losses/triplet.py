@@ -20,6 +20,7 @@ class TripletLoss(PMLLoss):
         ),
         "miner": "seed 003 compares all, semihard and easy-positive; semi-hard is FaceNet's",
     }
+    search_space = {"margin": ("float", 0.05, 0.5)}
 
     class_balanced = True
     normalize_embeddings = True

@@ -38,6 +38,7 @@ class TripletNCALoss(BenchLoss):
         "temperature": "chosen here: seed 003 gives no temperature",
         "margin": "chosen here: seed 003 selects negatives 'within a margin' without a value",
     }
+    search_space = {"temperature": ("log", 0.02, 0.5)}
 
     class_balanced = True
     normalize_embeddings = True

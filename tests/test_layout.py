@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # From the top floor down; a package may import its own modules and any package on a lower floor.
 FLOORS = (
     ("bench.cli",),
+    ("bench.tune",),
     ("bench.train", "bench.classic", "bench.report", "bench.speed"),
     ("losses",),
     ("miners", "bench.data", "bench.models", "bench.evaluation", "bench.runs"),

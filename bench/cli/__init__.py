@@ -7,7 +7,18 @@ import sys
 
 import click
 
-from bench.cli import check, features, linear, losses, report, run, speed, suite, visualize
+from bench.cli import (
+    check,
+    features,
+    linear,
+    losses,
+    report,
+    run,
+    speed,
+    suite,
+    tune,
+    visualize,
+)
 from bench.cli.options import os_error_line
 from bench.util.progress import show_progress
 
@@ -47,5 +58,6 @@ for command in (
     features.features,
     linear.linear,
     suite.suite,
+    tune.tune,
 ):
     main.add_command(command)

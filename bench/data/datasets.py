@@ -23,7 +23,7 @@ from bench.data.sources.flowers102 import read_flowers102
 from bench.data.sources.folder import read_folder
 from bench.data.sources.leafsnap import read_leafsnap
 from bench.data.sources.tinyimagenet import read_tinyimagenet
-from bench.data.splits import carve_validation, limit_per_class, make_splits
+from bench.data.splits import carve_validation, limit_per_class, make_splits, parse_val_split
 
 READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "cars196": read_cars196,
@@ -224,7 +224,8 @@ def feature_splits(
     f = load_feature_file(name)
     train_x, train_y, val_x, val_y = f.train, f.train_labels, f.val, f.val_labels
     if not len(val_y):
-        tr, va = carve_validation(train_y, val_fraction, by_classes=val_split == "classes")
+        by_classes, fold = parse_val_split(val_split)
+        tr, va = carve_validation(train_y, val_fraction, by_classes, fold)
         train_x, train_y, val_x, val_y = train_x[tr], train_y[tr], train_x[va], train_y[va]
     if train_per_class:
         keep = limit_per_class(np.arange(len(train_y)), train_y, train_per_class)

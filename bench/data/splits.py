@@ -33,13 +33,19 @@ class Splits:
 
 
 def carve_validation(
-    labels: np.ndarray, fraction: float, by_classes: bool = False
+    labels: np.ndarray,
+    fraction: float,
+    by_classes: bool = False,
+    fold: tuple[int, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) positions within a training split: a stratified share of the images
     (fixed seed), or, `by_classes`, every image of the last classes (at least two, a `fraction`
     of them), so that validation, like the metric protocol's test, has classes never trained on
-    (Musgrave et al. 2020)."""
+    (Musgrave et al. 2020); `fold` (f, k) holds out the f-th of k groups of the classes instead
+    (shuffled with a fixed seed), for k-fold cross-validation over classes."""
     positions = np.arange(len(labels))
+    if fold is not None:
+        return class_fold(labels, *fold)
     if fraction <= 0:
         return positions, positions[:0]
     if by_classes:
@@ -57,6 +63,32 @@ def carve_validation(
         positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
     )
     return np.sort(train), np.sort(val)
+
+
+def class_fold(labels: np.ndarray, fold: int, folds: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, validation) positions: validation is the `fold`-th of `folds` groups of the
+    classes, shuffled with a fixed seed; every class is validated in exactly one fold."""
+    classes = np.random.default_rng(SPLIT_SEED).permutation(np.unique(labels))
+    if len(classes) < 2 * folds or not 0 <= fold < folds:
+        raise ValueError(
+            f"fold {fold} of {folds} over {len(classes)} training classes: each fold needs two "
+            "classes at least, and 0 <= fold < folds"
+        )
+    held = np.array_split(classes, folds)[fold]
+    val = np.isin(labels, held)
+    positions = np.arange(len(labels))
+    return positions[~val], positions[val]
+
+
+def parse_val_split(val_split: str) -> tuple[bool, tuple[int, int] | None]:
+    """(by classes, (fold, folds) or None) of 'images', 'classes' or 'classes:F/K'."""
+    if val_split.startswith("classes:"):
+        try:
+            fold, folds = (int(n) for n in val_split.removeprefix("classes:").split("/"))
+        except ValueError:
+            raise ValueError(f"bad validation split {val_split!r}; expected classes:F/K") from None
+        return True, (fold, folds)
+    return val_split == "classes", None
 
 
 def check_stratifiable(labels: np.ndarray, fraction: float) -> None:
@@ -81,11 +113,13 @@ def first_half_classes(labels: np.ndarray) -> np.ndarray:
     return classes[: len(classes) // 2]
 
 
-def metric_splits(table: pd.DataFrame, val_fraction: float, by_classes: bool = False) -> Splits:
+def metric_splits(
+    table: pd.DataFrame, val_fraction: float, by_classes: bool = False, fold=None
+) -> Splits:
     labels = table["label"].to_numpy()
     is_train = np.isin(labels, first_half_classes(labels))
     train_all, test = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction, by_classes)
+    tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold)
     return Splits(train_all[tr], train_all[va], test)
 
 
@@ -131,11 +165,12 @@ VAL_SPLITS = ("images", "classes")
 
 def check_val_split(val_split: str, protocol: str) -> None:
     """A one-line ValueError for an unknown validation split, or classes outside `metric`."""
-    if val_split not in VAL_SPLITS:
+    by_classes, _ = parse_val_split(val_split)
+    if val_split not in VAL_SPLITS and not by_classes:
         raise ValueError(
             f"unknown validation split {val_split!r}; expected one of: {', '.join(VAL_SPLITS)}"
         )
-    if val_split == "classes" and protocol != "metric":
+    if by_classes and protocol != "metric":
         raise ValueError(
             f"a class-disjoint validation split applies to the metric protocol only (the "
             f"{protocol} protocol tests classes it trained on)"
@@ -158,8 +193,9 @@ def make_splits(
     if protocol not in SPLITTERS:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of: {', '.join(PROTOCOLS)}")
     check_val_split(val_split, protocol)
-    if val_split == "classes":
-        splits = metric_splits(table, val_fraction, by_classes=True)
+    by_classes, fold = parse_val_split(val_split)
+    if by_classes:
+        splits = metric_splits(table, val_fraction, by_classes=True, fold=fold)
     else:
         splits = SPLITTERS[protocol](table, val_fraction)
     if train_per_class:

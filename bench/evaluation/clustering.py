@@ -13,7 +13,9 @@ def nmi(embeddings: np.ndarray, labels: np.ndarray) -> float:
     """NMI of one k-means run (as many clusters as classes) with the labels, exactly as PML's
     AccuracyCalculator computes it: faiss's Kmeans with 20 iterations and its other defaults."""
     x = _as_float32(embeddings)
-    kmeans = faiss.Kmeans(x.shape[1], len(np.unique(labels)), niter=20, verbose=False)
+    # min_points_per_centroid only silences a warning; the result is unchanged.
+    k = len(np.unique(labels))
+    kmeans = faiss.Kmeans(x.shape[1], k, niter=20, verbose=False, min_points_per_centroid=1)
     kmeans.train(x)
     _, assignment = kmeans.index.search(x, 1)
     return float(normalized_mutual_info_score(labels, assignment[:, 0]))

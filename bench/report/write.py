@@ -30,6 +30,7 @@ from bench.report.run_figures import (
 from bench.report.runs import BASELINE_LOSS, load_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
+from bench.report.tuning import TUNING, tuning_files
 from bench.util.atomic import atomic_write_bytes
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
@@ -67,6 +68,9 @@ def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
     groups = {t: _build(t, p, TABLE_BUILDERS, problems) for t, p in parts.items()}
     if len(df):
         groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
+    tuned = tuning_files(results)
+    if tuned:
+        groups[TUNING] = tuned
     files = {name: data for group in groups.values() for name, data in group.items()}
     files["README.md"] = index_text(results, groups).encode()
     previous, written = read_manifest(out), {}

@@ -15,7 +15,12 @@ from bench.util.names import safe_name
 NOT_HASHED = ("data_root", "workers", "preset")
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
-HASHED_IF_SET = {"val_split": "images", "data_location": "", "data_fingerprint": ""}
+HASHED_IF_SET = {
+    "val_split": "images",
+    "data_location": "",
+    "data_fingerprint": "",
+    "tuned": "",
+}
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class RunConfig:
     # Set from the data before a run starts (bench.data.identity): "" for the built-in sets.
     data_location: str = ""
     data_fingerprint: str = ""
+    tuned: str = ""  # the Optuna study whose best parameters these are (`tune`)
     workers: int = 0
 
     def to_dict(self) -> dict[str, Any]:

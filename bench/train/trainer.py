@@ -87,6 +87,7 @@ class Trainer:
 
     def __init__(self, cfg: RunConfig, run_dir: Path, device: torch.device | None = None):
         self.cfg = cfg
+        self.testing = True
         self.run_dir = Path(run_dir)
         self.name = cfg.run_id()  # also when it trains in a staging folder (run --force)
         self.device = device or default_device()
@@ -249,8 +250,10 @@ class Trainer:
             return state["progress"]
         atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training: a baseline for what training adds.
-        log.info(f"{self.name}: evaluating the untrained network on the test split")
-        untrained, _, _ = self.test()
+        untrained = {}
+        if self.testing:
+            log.info(f"{self.name}: evaluating the untrained network on the test split")
+            untrained, _, _ = self.test()
         return {
             "epoch": 0,
             "history": [],
@@ -258,8 +261,11 @@ class Trainer:
             "best": {"score": float("-inf"), "epoch": 0, "model": None},
         }
 
-    def fit(self) -> dict:
-        """Train (or resume), select the checkpoint on validation, evaluate it on test."""
+    def fit(self, test: bool = True) -> dict:
+        """Train (or resume), select the checkpoint on validation, evaluate it on test; without
+        `test` (a tuning trial), record the validation score only: the test split is never
+        embedded."""
+        self.testing = test
         cfg = self.cfg
         progress = self.start_or_resume()
         for epoch in range(progress["epoch"], cfg.epochs):
@@ -291,7 +297,7 @@ class Trainer:
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
-        return self.finish(progress)
+        return self.finish(progress) if test else self.finish_validation(progress)
 
     def note(self, progress: dict, warnings: list[str]) -> None:
         """Log each new warning once, and keep it for metrics.json."""
@@ -332,7 +338,17 @@ class Trainer:
             f"{self.name}: training diverged at {where}; stopped, testing the best epoch so far "
             f"({progress['best']['epoch']}); {hint}"
         )
-        return self.finish(progress)
+        return self.finish(progress) if self.testing else self.finish_validation(progress)
+
+    def finish_validation(self, progress: dict) -> dict:
+        """A tuning trial's metrics.json: its best validation score and its settings."""
+        best = progress["best"]
+        metrics = {"val_score": best["score"], "diverged": progress.get("diverged")}
+        metrics.update(run_summary(self.cfg, best_epoch=best["epoch"]))
+        metrics.update(self.loss_trend(progress))
+        metrics["warnings"] = progress.get("warnings", [])
+        atomic_write_json(self.run_dir / store.METRICS, metrics)
+        return metrics
 
     def finish(self, progress: dict) -> dict:
         best = progress["best"]

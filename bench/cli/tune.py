@@ -1,0 +1,83 @@
+"""`nngk-bench tune`: the same search budget for every loss, then its best settings retrained
+with several seeds and tested once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEFAULT_RESULTS, POSITIVE, parse_ints
+
+
+@click.command()
+@click.option("--loss", "losses", required=True, help="Losses to tune, e.g. contrastive,nngk.")
+@click.option("--dataset", default="glyphs", show_default=True)
+@click.option("--dims", type=POSITIVE, default=64, show_default=True)
+@click.option("--trials", type=POSITIVE, default=8, show_default=True, help="Trials per loss.")
+@click.option("--epochs", type=POSITIVE, default=3, show_default=True, help="Epochs per trial.")
+@click.option(
+    "--folds",
+    type=POSITIVE,
+    default=1,
+    show_default=True,
+    help="Class folds per trial (1: the last training classes held out).",
+)
+@click.option(
+    "--seeds", default="0,1,2", show_default=True, help="Seeds of the retrained best settings."
+)
+@click.option("--final-epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
+@click.option("--no-retrain", is_flag=True, help="Search only.")
+@click.option(
+    "--storage",
+    default=None,
+    help="Optuna storage URL shared by the workers (default: sqlite under RESULTS/tune).",
+)
+@click.option(
+    "--grace",
+    type=POSITIVE,
+    default=60,
+    show_default=True,
+    help="Seconds without a heartbeat after which a worker's trial is retried.",
+)
+@click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+def tune(
+    losses, dataset, dims, trials, epochs, folds, seeds, final_epochs, no_retrain, storage,
+    grace, results,
+):  # fmt: skip
+    """Search each loss's learning rate, weight decay and own parameters with the same budget
+    on validation classes; retrain the best with SEEDS. Run it in several processes or on
+    several machines (one --storage) to share the trials."""
+    from bench.cli.run import check_choices, run_all
+    from bench.tune.study import (
+        TuneSetup,
+        default_storage,
+        tune_loss,
+        tuned_configs,
+        write_summary,
+    )
+
+    names = [name for name in losses.split(",") if name]
+    try:
+        for name in names:
+            check_choices(name, dataset, None)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace)
+    url = storage or default_storage(results)
+    configs = []
+    for name in names:
+        try:
+            study = tune_loss(setup, name, url, results)
+            folder = write_summary(study, setup, name, results)
+        except (ValueError, RuntimeError) as err:
+            raise click.ClickException(str(err).splitlines()[0]) from None
+        click.echo(
+            f"{study.study_name}: best validation {study.best_value:.4f} with "
+            f"{study.best_trial.params} ({folder})"
+        )
+        configs += tuned_configs(study, setup, name, parse_ints(seeds, "--seeds"), final_epochs)
+    if configs and not no_retrain:
+        run_all(configs, results, False, None)

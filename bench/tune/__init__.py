@@ -1,0 +1,1 @@
+"""`tune`: equal-budget hyper-parameter search per loss (Optuna), then retraining."""

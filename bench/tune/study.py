@@ -1,0 +1,236 @@
+"""Equal-budget hyper-parameter search per loss with Optuna, on validation data only.
+
+Every loss gets the same number of trials, the same epochs per trial and the same sampler: a
+scrambled Sobol sequence (Optuna's QMCSampler), which draws each trial's point by its number,
+so processes that share a study draw different points and a restarted study goes on where it
+stopped. A trial trains one run per class fold (`classes:F/K`: validation classes never trained
+on, k-fold over the training classes as in Musgrave et al.'s "A Metric Learning Reality Check")
+and scores the mean of their best validation MAP@R. The test split is never embedded.
+
+The study lives in an SQLite file under the results folder, or in any database Optuna takes
+(`--storage postgresql://...`): workers on several machines then share it. A trial whose
+process was killed stops sending heartbeats and is failed and retried by the next worker; its
+runs resume from their checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import optuna
+from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.study import MaxTrialsCallback
+from optuna.trial import TrialState
+
+from bench.runs import store
+from bench.runs.config import RunConfig
+from bench.train.loaders import with_data_identity
+from bench.train.presets import make_configs
+from bench.train.trainer import Trainer
+from bench.util.atomic import atomic_write_json
+from bench.util.names import safe_name
+from bench.util.progress import log
+from losses import get_loss_class
+
+# QMCSampler and the matplotlib plots are "experimental" in Optuna, stable for our use.
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+
+# Searched for every loss, beside the loss's own `search_space`.
+COMMON_SPACE = {"lr": ("log", 1e-4, 1e-1), "weight_decay": ("log", 1e-6, 1e-2)}
+HEARTBEAT_S = 10
+
+
+@dataclass(frozen=True)
+class TuneSetup:
+    """The budget and setting every loss of a comparison gets alike."""
+
+    dataset: str = "glyphs"
+    dims: int = 64
+    trials: int = 8
+    epochs: int = 3
+    folds: int = 1
+    seed: int = 0
+    grace_s: int = 60  # a RUNNING trial without a heartbeat for this long is failed, retried
+
+    def study_name(self, loss: str) -> str:
+        budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
+        return f"{safe_name(self.dataset)}-{loss}-{budget}"
+
+
+def default_storage(results: Path) -> str:
+    return f"sqlite:///{Path(results).resolve() / 'tune' / 'studies.db'}"
+
+
+def open_study(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
+    if storage_url.startswith("sqlite:///"):
+        Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    storage = RDBStorage(
+        storage_url,
+        heartbeat_interval=HEARTBEAT_S,
+        grace_period=setup.grace_s,
+        failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
+    )
+    sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=setup.seed)
+    return optuna.create_study(
+        study_name=setup.study_name(loss),
+        storage=storage,
+        sampler=sampler,
+        direction="maximize",
+        load_if_exists=True,
+    )
+
+
+def suggest(trial: optuna.Trial, space: dict[str, tuple[str, float, float]]) -> dict:
+    values = {}
+    for name, (kind, low, high) in space.items():
+        if kind == "int":
+            values[name] = trial.suggest_int(name, int(low), int(high))
+        else:
+            values[name] = trial.suggest_float(name, low, high, log=kind == "log")
+    return values
+
+
+def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
+    """One run per class fold with these parameters and the tuning budget."""
+    common = {k: params[k] for k in COMMON_SPACE}
+    own = {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    (base,) = make_configs(setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common)
+    base = replace(base, seed=setup.seed)
+    folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
+    splits = folds if setup.folds > 1 else ["classes"]
+    return with_data_identity([replace(base, val_split=split) for split in splits])
+
+
+def trial_score(configs: list[RunConfig], trials_dir: Path) -> float:
+    """Mean best validation score of the trial's runs (a finished run is read, not redone)."""
+    scores = []
+    for cfg in configs:
+        run_dir = trials_dir / cfg.run_id()
+        if store.is_finished(run_dir):
+            metrics = store.read_metrics(run_dir)
+        else:
+            metrics = Trainer(cfg, run_dir).fit(test=False)
+        scores.append(float(metrics["val_score"]))
+    return sum(scores) / len(scores)
+
+
+def objective(setup: TuneSetup, loss: str, trials_dir: Path):
+    space = {**COMMON_SPACE, **get_loss_class(loss).search_space}
+
+    def run_trial(trial: optuna.Trial) -> float:
+        if budget_taken(trial, setup.trials):  # the others' trials fill it: no extra trial
+            trial.study.stop()
+            raise optuna.TrialPruned("the study's trials are done or under way")
+        params = suggest(trial, space)
+        if is_duplicate(trial, params):  # two workers drew one point: it counts once
+            raise optuna.TrialPruned(f"the same parameters as another trial: {params}")
+        score = trial_score(trial_configs(setup, loss, params), trials_dir)
+        log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
+        return score
+
+    return run_trial
+
+
+def budget_taken(trial: optuna.Trial, trials: int) -> bool:
+    states = (TrialState.COMPLETE, TrialState.RUNNING)
+    taken = [
+        t for t in trial.study.get_trials(deepcopy=False, states=states) if t.number != trial.number
+    ]
+    return len(taken) >= trials
+
+
+def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
+    others = trial.study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
+    )
+    return any(t.number != trial.number and t.params == params for t in others)
+
+
+def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> optuna.Study:
+    """Run this process's share of the study's trials, until the study has `trials` complete
+    ones (with other processes on the same study, between them)."""
+    study = open_study(setup, loss, storage_url)
+    done = count_complete(study)
+    if done < setup.trials:
+        log.info(f"{study.study_name}: {done} of {setup.trials} trials done; going on")
+        study.optimize(
+            objective(setup, loss, Path(results) / "tune" / "trials"),
+            n_trials=setup.trials,
+            callbacks=[MaxTrialsCallback(setup.trials, states=(TrialState.COMPLETE,))],
+        )
+    return study
+
+
+def count_complete(study: optuna.Study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def best_params(study: optuna.Study) -> dict:
+    return dict(study.best_trial.params)
+
+
+def write_summary(study: optuna.Study, setup: TuneSetup, loss: str, results: Path) -> Path:
+    """results/tune/<study>/: best.json (the chosen parameters), trials.csv, and Optuna's
+    optimisation history and parameter importances as PNG."""
+    out = Path(results) / "tune" / study.study_name
+    trials = study.trials_dataframe(attrs=("number", "value", "params", "state"))
+    (out).mkdir(parents=True, exist_ok=True)
+    trials.to_csv(out / "trials.csv", index=False)
+    record = {
+        "loss": loss,
+        "study": study.study_name,
+        "setup": setup.__dict__,
+        "best_value": study.best_value,
+        "best_params": best_params(study),
+        "trials": count_complete(study),
+    }
+    atomic_write_json(out / "best.json", record)
+    save_plots(study, out)
+    return out
+
+
+def save_plots(study: optuna.Study, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as ovm
+
+    plots = {"history.png": ovm.plot_optimization_history}
+    if count_complete(study) > 1:
+        plots["importance.png"] = ovm.plot_param_importances
+    for name, plot in plots.items():
+        ax = plot(study)
+        ax.figure.tight_layout()
+        ax.figure.savefig(out / name, dpi=100)
+        plt.close(ax.figure)
+
+
+def read_summaries(results: Path) -> list[dict]:
+    found = []
+    for path in sorted((Path(results) / "tune").glob("*/best.json")):
+        try:
+            found.append({**json.loads(path.read_text()), "folder": str(path.parent)})
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def tuned_configs(
+    study: optuna.Study, setup: TuneSetup, loss: str, seeds: tuple[int, ...], epochs: int | None
+) -> list[RunConfig]:
+    """The best parameters, trained as a normal run (the preset's validation split and
+    epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table."""
+    params = best_params(study)
+    common = {k: params[k] for k in COMMON_SPACE}
+    own = {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    configs = []
+    for seed in seeds:
+        (cfg,) = make_configs(
+            setup.dataset, loss, (setup.dims,), own, seed=seed, epochs=epochs, **common
+        )
+        configs.append(replace(cfg, preset="tuned", tuned=study.study_name))
+    return configs
