@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import optuna
-from optuna.storages import RDBStorage, RetryFailedTrialCallback
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
@@ -71,7 +71,7 @@ def open_study(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
         storage_url,
         heartbeat_interval=HEARTBEAT_S,
         grace_period=setup.grace_s,
-        failed_trial_callback=RetryFailedTrialCallback(max_retry=3),
+        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
     )
     sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=setup.seed)
     return optuna.create_study(
