@@ -1,5 +1,7 @@
 """Confidence intervals and significance marks of the main table, against plain references."""
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -110,3 +112,27 @@ def test_a_clear_winner_is_bold(tmp_path):
     write_report(r, tmp_path / "rep")
     text = (tmp_path / "rep" / "digits.md").read_text()
     assert column(text, "MAP@R")["contrastive"].startswith("**")
+
+
+def test_a_reference_row_is_tested_against_and_its_betters_marked_up(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    write_report(r, tmp_path / "rep", reference="lifted")
+    cells = column((tmp_path / "rep" / "digits.md").read_text(), "MAP@R")
+    assert "▲" in cells["contrastive"] and "▼" not in cells["lifted"]
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    assert set(differences["reference"]) == {"lifted"}
+
+
+def test_a_diverged_run_is_counted_in_its_row(tmp_path):
+    r = tmp_path / "r"
+    embedded_run(r, "ok", "contrastive", 0, noise=0.6)
+    run = embedded_run(r, "nan", "contrastive", 1, noise=0.6)
+    metrics = json.loads((run / "metrics.json").read_text())
+    metrics["diverged"] = "epoch 2, step 3 (loss nan)"
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    write_report(r, tmp_path / "rep")
+    header = "runs that diverged (best epoch before it)"
+    assert column((tmp_path / "rep" / "digits.md").read_text(), header)["contrastive"] == "1"

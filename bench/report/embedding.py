@@ -8,7 +8,7 @@ import pandas as pd
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.report import figures
 from bench.report.reference import reference_rows
-from bench.report.runs import BASELINE_LOSS, setting_labels, trained_runs
+from bench.report.runs import BASELINE_LOSS, column_or_nan, setting_labels, trained_runs
 from bench.report.setup import setup_columns, setup_line
 from bench.report.significance import REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
@@ -38,11 +38,14 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     `runs` counts distinct seeds (copies of a seed are one run), `nan_runs` those of them with
     a NaN metric, which is left out of the mean, not averaged in."""
     values = [*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]
-    seeds = one_per_seed(df.assign(**{v: df[v].astype(float) for v in values}), KEYS, values)
+    diverged = column_or_nan(df, "diverged", None).map(lambda d: isinstance(d, str) and bool(d))
+    df = df.assign(**{v: df[v].astype(float) for v in values}, _diverged=diverged.astype(float))
+    seeds = one_per_seed(df, KEYS, [*values, "_diverged"])
     grouped = seeds.groupby(KEYS, sort=True)
     table = grouped[values].agg(["mean", "std", t_halfwidth])
     table.columns = [f"{m}_{'ci' if s == 't_halfwidth' else s}" for m, s in table.columns]
     table["runs"] = grouped.size()
+    table["diverged_runs"] = grouped["_diverged"].apply(lambda d: int((d > 0).sum()))
     table["nan_runs"] = (
         seeds[list(RETRIEVAL)].isna().any(axis=1).groupby([seeds[k] for k in KEYS]).sum()
     )
@@ -53,20 +56,20 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
 
 
-def marks_of(differences: pd.DataFrame) -> dict[tuple[str, int, str], str]:
-    """(name, dims, metric) -> '▲' or '▼' (significantly above or below the reference row),
-    'best' (the best row, significantly above the second), or ''."""
+def marks_of(differences: pd.DataFrame) -> dict[tuple[str, int, str], tuple[bool, str]]:
+    """(name, dims, metric) -> (bold: the best row, significantly above the second; '▲' or
+    '▼' where significantly above or below the reference row, else '')."""
     marks = {}
     for r in differences.itertuples(index=False):
-        mark = ("▲" if r.diff > 0 else "▼") if r.significant else ""
-        marks[(r.name, int(r.dims), r.metric)] = "best" if r.beats_second else mark
+        arrow = ("▲" if r.diff > 0 else "▼") if r.significant else ""
+        marks[(r.name, int(r.dims), r.metric)] = (bool(r.beats_second), arrow)
     return marks
 
 
-def marked(text: str, mark: str) -> str:
-    if mark == "best":
-        return f"**{text}**"
-    return f"{text} {mark}" if mark else text
+def marked(text: str, mark: tuple[bool, str]) -> str:
+    bold, arrow = mark
+    text = f"**{text}**" if bold else text
+    return f"{text} {arrow}" if arrow else text
 
 
 def markdown_table(
@@ -76,18 +79,21 @@ def markdown_table(
     keys = (*METRIC_KEYS, *extra, "init_map@r")
     marks = marks_of(differences) if differences is not None else {}
     nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
+    diverged = "diverged_runs" in summary and summary["diverged_runs"].gt(0).any()
     rows = [
         [
             r["method"],
             int(r["dims"]),
             *(
                 marked(
-                    cell(r[f"{k}_mean"], r[f"{k}_ci"]), marks.get((r["method"], r["dims"], k), "")
+                    cell(r[f"{k}_mean"], r[f"{k}_ci"]),
+                    marks.get((r["method"], r["dims"], k), (False, "")),
                 )
                 for k in keys
             ),
             int(r["runs"]),
             *([int(r["nan_runs"])] if nans else []),
+            *([int(r["diverged_runs"])] if diverged else []),
         ]
         for _, r in summary.iterrows()
     ]
@@ -99,6 +105,7 @@ def markdown_table(
         "MAP@R at init",
         "runs",
         *(["runs with NaN (left out)"] if nans else []),
+        *(["runs that diverged (best epoch before it)"] if diverged else []),
     ]
     return (
         f"# {dataset}: embedding results on the test split\n\n"
@@ -120,10 +127,11 @@ def significance_note(differences: pd.DataFrame) -> str:
     refs = differences.groupby("dims")["reference"].agg(lambda r: ", ".join(sorted(set(r))))
     named = "; ".join(f"{d}-d: {names}" for d, names in refs.items())
     return (
-        "▲/▼: significantly above/below the reference row of its size and column (the best "
-        f"trained row; {named}), by a bootstrap over test queries and seeds ({REPLICATES:,} "
-        "replicates, 95 %); **bold**: the best row of a column, significantly above the "
-        "second. R@K and MAP@R only: NMI has no per-query score. "
+        "▲/▼: significantly above/below the reference row of its size and column "
+        f"(`report --reference`, else the column's best trained row; {named}), by a "
+        f"bootstrap over test queries and seeds ({REPLICATES:,} replicates, 95 %); **bold**: "
+        "the best row of a column, significantly above the second. R@K and MAP@R only: NMI "
+        "has no per-query score. "
     )
 
 
@@ -181,11 +189,11 @@ def dims_figure(part: pd.DataFrame) -> bytes:
     return figures.metrics_vs_dims(data.assign(method=data["name"]), ["recall@1", "nmi"], lines)
 
 
-def embedding_files(part: pd.DataFrame, table: str) -> Files:
+def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None) -> Files:
     """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (seed 000 Tables 1-2, Fig. 2)."""
     summary = summarise(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
-    differences = compare_rows(trained_runs(part))
+    differences = compare_rows(trained_runs(part), reference)
     files = {
         f"{table}.md": (
             markdown_table(summary, table, setup_line(part), differences) + paper_markdown(papers)

@@ -58,14 +58,28 @@ def _build(
     return files
 
 
-def write_report(results: Path, out: Path) -> tuple[list[Path], list[str]]:
+def with_reference(builder: Callable, reference: str | None) -> Callable:
+    if builder is not embedding_files or reference is None:
+        return builder
+
+    def embedding_files_against_reference(runs: pd.DataFrame, name: str) -> Files:
+        return embedding_files(runs, name, reference)
+
+    return embedding_files_against_reference
+
+
+def write_report(
+    results: Path, out: Path, reference: str | None = None
+) -> tuple[list[Path], list[str]]:
     """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
-    .csv and -ablation.csv; README.md indexing them all."""
+    .csv and -ablation.csv; README.md indexing them all. `reference`: the row (e.g. 'nngk')
+    every other row of a main table is tested against, else each column's best."""
     df, problems = load_runs(results)
     out = Path(out)
     tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique()) if len(df) else []
     parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
-    groups = {t: _build(t, p, TABLE_BUILDERS, problems) for t, p in parts.items()}
+    builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
+    groups = {t: _build(t, p, builders, problems) for t, p in parts.items()}
     if len(df):
         groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
     tuned = tuning_files(results)
