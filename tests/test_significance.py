@@ -136,3 +136,17 @@ def test_a_diverged_run_is_counted_in_its_row(tmp_path):
     write_report(r, tmp_path / "rep")
     header = "runs that diverged (best epoch before it)"
     assert column((tmp_path / "rep" / "digits.md").read_text(), header)["contrastive"] == "1"
+
+
+def test_few_seeds_need_welchs_test_to_agree_with_the_bootstrap():
+    from bench.report.significance import differs, seeds_p_value
+
+    rng = np.random.default_rng(0)
+    a = np.array([0.70, 0.74, 0.78])[:, None] + rng.normal(0, 0.01, (3, 2000))
+    b = np.array([0.62, 0.66, 0.70])[:, None] + rng.normal(0, 0.01, (3, 2000))
+    p = seeds_p_value(a, b)
+    assert p == pytest.approx(stats.ttest_ind(a.mean(1), b.mean(1), equal_var=False).pvalue)
+    d, _, significant = differs(a, b)
+    assert d.significant and 0.05 < p < 0.1 and not significant  # three seeds: not enough
+    assert np.isnan(seeds_p_value(a[:1], b))  # one seed: the bootstrap alone decides
+    assert differs(a + 0.2, b)[2]  # a gap well beyond the seeds' spread

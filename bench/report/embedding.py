@@ -129,7 +129,8 @@ def significance_note(differences: pd.DataFrame) -> str:
     return (
         "▲/▼: significantly above/below the reference row of its size and column "
         f"(`report --reference`, else the column's best trained row; {named}), by a "
-        f"bootstrap over test queries and seeds ({REPLICATES:,} replicates, 95 %); **bold**: "
+        f"bootstrap over test queries and seeds ({REPLICATES:,} replicates, 95 %) confirmed "
+        "by Welch's t-test over the seeds (p < 0.05, where both rows have two); **bold**: "
         "the best row of a column, significantly above the second. R@K and MAP@R only: NMI "
         "has no per-query score. "
     )

@@ -7,8 +7,10 @@ between losses are significant.
   row's seeds, and takes the difference of the mean per-query scores (R@K hit, AP@R) that
   each row's saved test embeddings give; so both the test set's sampling and the training
   runs' spread widen the interval. A difference is significant when its 95 % percentile
-  interval excludes 0. NMI, which has no per-query score, gets an interval only. With one
-  seed per row, the seeds' spread is not in the interval: the table says how many seeds.
+  interval excludes 0 and, where both rows have two seeds or more, Welch's t-test over their
+  per-seed means agrees (p < 0.05): resampling three seeds understates their spread, the
+  t-test does not. NMI, which has no per-query score, gets an interval only. With one seed per
+  row, the seeds' spread is not in the test: the table says how many seeds.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def row_scores(runs: pd.DataFrame) -> dict[str, np.ndarray] | None:
 def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
     """Per size and compared metric: each row against the reference row (`reference`, or the
     row with the best mean), and whether the best row beats the second significantly.
-    Columns: name, dims, metric, reference, diff, low, high, significant, beats_second."""
+    Columns: name, dims, metric, reference, diff, low, high, p_seeds, significant,
+    beats_second."""
     out = []
     for dims, runs in trained.groupby("dims", sort=True):
         scores = {name: row_scores(part) for name, part in runs.groupby("name", sort=True)}
@@ -115,22 +118,37 @@ def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.Data
             continue
         for metric in COMPARED:
             out += compare_metric(scores, metric, dims, reference)
-    columns = ["name", "dims", "metric", "reference", "diff", "low", "high", "significant"]
+    columns = ["name", "dims", "metric", "reference", "diff", "low", "high", "p_seeds"]
+    columns += ["significant"]
     return pd.DataFrame(out, columns=[*columns, "beats_second"])
+
+
+def seeds_p_value(a: np.ndarray, b: np.ndarray) -> float:
+    """Welch's t-test over the two rows' per-seed means; NaN where a row has one seed or
+    neither varies (then only the bootstrap decides)."""
+    a, b = np.nanmean(np.atleast_2d(a), axis=1), np.nanmean(np.atleast_2d(b), axis=1)
+    if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
+        return float("nan")
+    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
+    """The bootstrap difference, Welch's p over seeds, and whether both call it significant:
+    with few seeds the bootstrap's seed resampling is too narrow, the t-test is not."""
+    d, p = bootstrap_difference(a, b), seeds_p_value(a, b)
+    return d, p, d.significant and (np.isnan(p) or p < 1 - LEVEL)
 
 
 def compare_metric(scores: dict, metric: str, dims: int, reference: str | None) -> list[list]:
     means = {name: float(np.nanmean(v[metric])) for name, v in scores.items()}
     ranked = sorted(means, key=means.get, reverse=True)
     ref = reference if reference in scores else ranked[0]
-    second = (
-        bootstrap_difference(scores[ranked[0]][metric], scores[ranked[1]][metric])
-        if len(ranked) > 1
-        else None
+    beats_second = (
+        len(ranked) > 1 and differs(scores[ranked[0]][metric], scores[ranked[1]][metric])[2]
     )
     rows = []
     for name in ranked:
-        d = bootstrap_difference(scores[name][metric], scores[ref][metric])
-        beats = name == ranked[0] and second is not None and second.significant
-        rows.append([name, dims, metric, ref, d.diff, d.low, d.high, d.significant, beats])
+        d, p, significant = differs(scores[name][metric], scores[ref][metric])
+        beats = name == ranked[0] and beats_second
+        rows.append([name, dims, metric, ref, d.diff, d.low, d.high, p, significant, beats])
     return rows
