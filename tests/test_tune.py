@@ -58,6 +58,7 @@ def test_tune_searches_on_validation_then_retrains_and_reports(tmp_path):
     assert report.exit_code == 0, report.output
     assert (tmp_path / "rep" / "digits-tuned.md").is_file()
     assert "| nngk " in (tmp_path / "rep" / "tuning.md").read_text()
+    assert "- `tuning-<study>-history.png`: Optuna" in (tmp_path / "rep" / "README.md").read_text()
 
 
 def completed_in_db(results) -> int:

@@ -6,12 +6,15 @@ from pathlib import Path
 
 from bench.report.classification import CLASSIFICATION
 from bench.report.table_format import Files
+from bench.report.tuning import TUNING
 
 KINDS = {
     "<table>.md": "embedding results per loss and size (seed 000 Tables 1-2); published numbers",
     "<table>.csv": "the same, as numbers",
     "<table>.png": "R@1 and NMI against embedding size (seed 000 Fig. 2a/b)",
     "<table>-paper.csv": "the papers' published numbers for this data set and protocol",
+    "<table>-differences.csv": "each row against the reference row, per size and metric: the "
+    "difference, its bootstrap interval, Welch's p over seeds, whether significant",
     "<table>-recall-at-k.png": "Recall@K against K per size (seed 000 Fig. 2c/d)",
     "<table>-train-test.md": "R@1 per embedding (FC, GAP) on training and test (seed 003 Table 1)",
     "<table>-train-test.csv": "the same, as numbers",
@@ -27,11 +30,16 @@ KINDS = {
     f"{CLASSIFICATION}.md": "test accuracy per backbone and loss (seed 000 Tables 3-5)",
     f"{CLASSIFICATION}.csv": "Tables 3-4 as numbers",
     f"{CLASSIFICATION}-ablation.csv": "Table 5 (learned/fixed weights, trained/frozen backbone)",
+    f"{TUNING}.md": "what `tune` chose for each loss, with its budget and validation score",
+    f"{TUNING}-<study>-history.png": "Optuna's optimisation history of a study",
+    f"{TUNING}-<study>-importance.png": "Optuna's parameter importances of a study",
 }
 
 
 def pattern(group: str, file_name: str) -> str:
     """A written file's kind: `<table>-tsne.png` for digits-tsne.png."""
+    if group == TUNING and file_name != f"{TUNING}.md":
+        return f"{TUNING}-<study>-" + file_name.rsplit("-", 1)[1]
     return file_name if group == CLASSIFICATION else "<table>" + file_name.removeprefix(group)
 
 
