@@ -7,6 +7,11 @@ import inspect
 import click
 
 
+def summary(cls) -> str:
+    """A class's docstring's first paragraph, on one line."""
+    return inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ")
+
+
 def batch_text(cls) -> str:
     if not cls.class_balanced:
         return "random batches"
@@ -32,8 +37,7 @@ def describe(name: str) -> list[str]:
     from losses import get_loss_class, loss_defaults
 
     cls = get_loss_class(name)
-    summary = inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ")
-    lines = [name, f"    {summary}", f"    needs: {needs_text(cls)}"]
+    lines = [name, f"    {summary(cls)}", f"    needs: {needs_text(cls)}"]
     for param, value in loss_defaults(name).items():
         source = cls.sources.get(param, "no source recorded")
         lines.append(f"    {param}={value}: {source}")
@@ -50,5 +54,4 @@ def list_losses():
         click.echo("\n".join(describe(name)))
     click.echo("\nminers (triplet --miner; their margin is the loss's):")
     for name, cls in sorted(MINERS.items()):
-        summary = inspect.getdoc(cls).split("\n\n")[0].replace("\n", " ")
-        click.echo(f"{name}\n    {summary}")
+        click.echo(f"{name}\n    {summary(cls)}")

@@ -10,28 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.datasets import default_data_root, read_table
 from bench.data.glyphs import is_glyphs
+from bench.data.images import file_stats
 from bench.data.names import FEATURES_PREFIX
 
 TABLE_COLUMNS = ("path", "label", "split", "x1", "y1", "x2", "y2")
-
-
-def file_stats(paths: list[str]) -> list[tuple[int, int]]:
-    """(size, modification time in ns) of each file; a missing file is a one-line error."""
-    stats = []
-    for path in paths:
-        try:
-            st = os.stat(path)
-        except OSError as err:
-            raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
-        stats.append((st.st_size, st.st_mtime_ns))
-    return stats
 
 
 def table_fingerprint(table: pd.DataFrame) -> str:

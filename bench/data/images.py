@@ -74,11 +74,22 @@ def allow_large_images() -> None:
     Image.MAX_IMAGE_PIXELS = pixels or None
 
 
+def file_stats(paths: list[str]) -> list[tuple[int, int]]:
+    """(size, modification time in ns) of each file; a missing file is a one-line error."""
+    stats = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError as err:
+            raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
+        stats.append((st.st_size, st.st_mtime_ns))
+    return stats
+
+
 def cache_key(paths: list[str], boxes: list | None, size: int) -> str:
     """Names the cache of these images at this size; their sizes and modification times are
     part of it, so a replaced image makes a new cache."""
-    stats = [(st.st_size, st.st_mtime_ns) for st in map(os.stat, paths)]
-    items = {"size": size, "paths": paths, "boxes": boxes, "stats": stats}
+    items = {"size": size, "paths": paths, "boxes": boxes, "stats": file_stats(paths)}
     return hashlib.sha1(json.dumps(items).encode()).hexdigest()[:16]
 
 

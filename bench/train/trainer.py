@@ -297,7 +297,11 @@ class Trainer:
             self.save_checkpoint(progress)
             history = pd.DataFrame(progress["history"]).to_csv(index=False)
             atomic_write_text(self.run_dir / store.HISTORY, history)
-        return self.finish(progress) if test else self.finish_validation(progress)
+        return self.conclude(progress)
+
+    def conclude(self, progress: dict) -> dict:
+        """The run's metrics.json: tested (`finish`), or a tuning trial's validation score."""
+        return self.finish(progress) if self.testing else self.finish_validation(progress)
 
     def note(self, progress: dict, warnings: list[str]) -> None:
         """Log each new warning once, and keep it for metrics.json."""
@@ -338,13 +342,19 @@ class Trainer:
             f"{self.name}: training diverged at {where}; stopped, testing the best epoch so far "
             f"({progress['best']['epoch']}); {hint}"
         )
-        return self.finish(progress) if self.testing else self.finish_validation(progress)
+        return self.conclude(progress)
 
     def finish_validation(self, progress: dict) -> dict:
         """A tuning trial's metrics.json: its best validation score and its settings."""
-        best = progress["best"]
-        metrics = {"val_score": best["score"], "diverged": progress.get("diverged")}
-        metrics.update(run_summary(self.cfg, best_epoch=best["epoch"]))
+        summary = run_summary(self.cfg, best_epoch=progress["best"]["epoch"])
+        return self.write_metrics(progress, summary)
+
+    def write_metrics(self, progress: dict, metrics: dict) -> dict:
+        """metrics.json, written last: `metrics` with how training went (the validation score
+        of the chosen epoch, where it diverged, the loss's trend, the warnings)."""
+        metrics["val_score"] = progress["best"]["score"]
+        if "diverged" in progress:
+            metrics["diverged"] = progress["diverged"]
         metrics.update(self.loss_trend(progress))
         metrics["warnings"] = progress.get("warnings", [])
         atomic_write_json(self.run_dir / store.METRICS, metrics)
@@ -374,9 +384,4 @@ class Trainer:
                 sampler=sampler_text(self.cfg, self.loss, self.data),
             )
         )
-        if "diverged" in progress:
-            metrics["diverged"] = progress["diverged"]
-        metrics.update(self.loss_trend(progress))
-        metrics["warnings"] = progress.get("warnings", [])
-        atomic_write_json(self.run_dir / store.METRICS, metrics)
-        return metrics
+        return self.write_metrics(progress, metrics)

@@ -15,7 +15,6 @@ runs resume from their checkpoints.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -93,10 +92,15 @@ def suggest(trial: optuna.Trial, space: dict[str, tuple[str, float, float]]) -> 
     return values
 
 
+def split_params(params: dict) -> tuple[dict, dict]:
+    """(the run settings every loss searches, the loss's own parameters)."""
+    common = {k: params[k] for k in COMMON_SPACE}
+    return common, {k: v for k, v in params.items() if k not in COMMON_SPACE}
+
+
 def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
     """One run per class fold with these parameters and the tuning budget."""
-    common = {k: params[k] for k in COMMON_SPACE}
-    own = {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    common, own = split_params(params)
     (base,) = make_configs(setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common)
     base = replace(base, seed=setup.seed)
     folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
@@ -209,24 +213,12 @@ def save_plots(study: optuna.Study, out: Path) -> None:
         plt.close(ax.figure)
 
 
-def read_summaries(results: Path) -> list[dict]:
-    found = []
-    for path in sorted((Path(results) / "tune").glob("*/best.json")):
-        try:
-            found.append({**json.loads(path.read_text()), "folder": str(path.parent)})
-        except (OSError, ValueError):
-            continue
-    return found
-
-
 def tuned_configs(
     study: optuna.Study, setup: TuneSetup, loss: str, seeds: tuple[int, ...], epochs: int | None
 ) -> list[RunConfig]:
     """The best parameters, trained as a normal run (the preset's validation split and
     epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table."""
-    params = best_params(study)
-    common = {k: params[k] for k in COMMON_SPACE}
-    own = {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    common, own = split_params(best_params(study))
     configs = []
     for seed in seeds:
         (cfg,) = make_configs(
