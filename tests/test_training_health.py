@@ -56,3 +56,34 @@ def test_the_papers_sigma_applies_to_a_pretrained_network_only(pretrained, sigma
     assert big.loss_params["sigma"] == (30.0 if pretrained == "imagenet" else 1.0)
     (given,) = make_configs("cars196", "nngk", (64,), {"sigma": 5.0}, pretrained=pretrained)
     assert given.loss_params["sigma"] == 5.0
+
+
+def test_nngk_with_the_shipped_metric_preset_learns_on_a_folder_trained_from_scratch(
+    tmp_path, monkeypatch
+):
+    # The paper preset (30 epochs, batch 20) with a small network from scratch: the from-scratch
+    # learning rate, sigma and refresh, nothing else given.
+    from tests.fixtures.folder import glyph_folder
+
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    root = glyph_folder(tmp_path)
+    args = ["--dataset", f"folder:{root}", "--backbone", "small_cnn", "--pretrained", "none"]
+    base = ["run", "--loss", "nngk", *args, "--resize", "28", "--crop", "28"]
+    out = CliRunner().invoke(main, [*base, "--results", str(tmp_path / "r")])
+    assert out.exit_code == 0, out.output
+    (folder,) = (tmp_path / "r").glob("*-nngk-*")
+    (untrained,) = (tmp_path / "r").glob("*-untrained-d1024-*")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["lr"] == 3e-4 and metrics["loss_params"]["sigma"] == 1.0
+    assert metrics["train_loss_change"] <= -0.10 and metrics["warnings"] == []
+    baseline = json.loads((untrained / "metrics.json").read_text())
+    assert metrics["map@r"] > baseline["map@r"]
+
+
+def test_a_paper_preset_from_scratch_takes_the_from_scratch_learning_rate():
+    (tuned,) = make_configs("cars196", "nngk", (64,), {})
+    (scratch,) = make_configs("cars196", "nngk", (64,), {}, pretrained="none")
+    (given,) = make_configs("cars196", "nngk", (64,), {}, pretrained="none", lr=0.05)
+    assert (tuned.lr, scratch.lr, given.lr) == (1e-5, 3e-4, 0.05)
+    (glyphs,) = make_configs("glyphs", "contrastive", (64,), {}, pretrained="none")
+    assert glyphs.lr == 0.01  # a preset made for a network from scratch keeps its own
