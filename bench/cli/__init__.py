@@ -1,24 +1,20 @@
-"""The `nngk-bench` command line: one module per command, gathered into one click group."""
+"""The `nngk-bench` command line: one module per command, gathered into one click group.
+
+A command's module (and torch, torchvision, scikit-learn behind it) is imported only when that
+command runs or shows its help: `nngk-bench --help` reads the commands' docstrings from their
+source instead (issue 15, fast start)."""
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import sys
+from importlib.util import find_spec
+from pathlib import Path
 
 import click
 
-from bench.cli import (
-    check,
-    features,
-    linear,
-    losses,
-    report,
-    run,
-    speed,
-    suite,
-    tune,
-    visualize,
-)
 from bench.cli.options import os_error_line
 from bench.util.progress import show_progress
 
@@ -41,23 +37,47 @@ class OneLineErrors(click.Group):
             raise click.ClickException(os_error_line(err)) from None
 
 
-@click.group(cls=OneLineErrors)
+# name -> module:function
+COMMANDS = {
+    "run": "bench.cli.run:run",
+    "report": "bench.cli.report:report",
+    "speed": "bench.cli.speed:speed",
+    "check": "bench.cli.check:check",
+    "visualize": "bench.cli.visualize:visualize",
+    "losses": "bench.cli.losses:list_losses",
+    "features": "bench.cli.features:features",
+    "linear": "bench.cli.linear:linear",
+    "suite": "bench.cli.suite:suite",
+    "tune": "bench.cli.tune:tune",
+}
+
+
+def short_help(target: str) -> str:
+    """The first sentence of a command function's docstring, read from its module's source."""
+    module, function = target.split(":")
+    tree = ast.parse(Path(find_spec(module).origin).read_text())
+    (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
+    return click.utils.make_default_short_help(ast.get_docstring(node) or "")
+
+
+class LazyCommands(OneLineErrors):
+    """The commands of `COMMANDS`, each module imported when its command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        module, function = COMMANDS[name].split(":")
+        return getattr(importlib.import_module(module), function)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short_help(COMMANDS[name])) for name in sorted(COMMANDS)])
+
+
+@click.group(cls=LazyCommands)
 def main() -> None:
     """nngk-bench: compare deep metric learning losses with one trainer and one evaluator."""
     show_progress()
-
-
-# The modules, not their commands: a command named like its module would hide the module.
-for command in (
-    run.run,
-    report.report,
-    speed.speed,
-    check.check,
-    visualize.visualize,
-    losses.list_losses,
-    features.features,
-    linear.linear,
-    suite.suite,
-    tune.tune,
-):
-    main.add_command(command)
