@@ -41,11 +41,46 @@ from losses.registry import register_loss
 FLAT_SPREAD = 0.1  # below this spread of the kernel exponents a list's softmax is ~uniform
 
 
-def kernel_logits(
-    x: torch.Tensor, centres: torch.Tensor, log_weights: torch.Tensor, sigma: float
+GATHER_FLOATS = 2**20  # centres gathered at once on a CPU: about 4 MB, so they stay in cache
+
+
+class NeighbourDot(torch.autograd.Function):
+    """x_b . c_j for each row b of x (B, d) and its neighbours j = nbr[b] (B, k), with the
+    gradient to x only (the centres are a buffer). Neither pass keeps a B x k x d tensor: the
+    forward gathers the centres of a few rows at a time (all of them on a GPU) for a batched
+    product; the backward, sum_j g_bj c_j, is one `embedding_bag` (a fused gather and weighted
+    sum)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, centres: torch.Tensor, nbr: torch.Tensor) -> torch.Tensor:
+        k, d = nbr.shape[1], x.shape[1]
+        rows = len(x) if x.is_cuda else max(1, GATHER_FLOATS // (k * d))
+        out = x.new_empty(nbr.shape)
+        for start in range(0, len(x), rows):
+            part = slice(start, start + rows)
+            out[part] = torch.bmm(centres[nbr[part]], x[part].unsqueeze(2)).squeeze(2)
+        ctx.save_for_backward(centres, nbr)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        centres, nbr = ctx.saved_tensors
+        weights = grad.contiguous()
+        grad_x = nn.functional.embedding_bag(nbr, centres, per_sample_weights=weights, mode="sum")
+        return grad_x, None, None
+
+
+def neighbour_sq_distances(
+    x: torch.Tensor, centres: torch.Tensor, centre_norms: torch.Tensor, nbr: torch.Tensor
 ) -> torch.Tensor:
-    """log(w_i f(x, c_i)) for x (B, d) against its own centres (B, k, d) and log-weights (B, k)."""
-    d2 = (x.unsqueeze(1) - centres).pow(2).sum(-1)
+    """||x_b - c_j||^2 for each row b of x (B, d) and its neighbours j = nbr[b] (B, k), as
+    |x|^2 + |c|^2 - 2 x.c without a B x k x d difference tensor (see NeighbourDot)."""
+    dot = NeighbourDot.apply(x, centres, nbr)
+    return (x.pow(2).sum(1, keepdim=True) + centre_norms[nbr] - 2.0 * dot).clamp_min(0.0)
+
+
+def kernel_logits(d2: torch.Tensor, log_weights: torch.Tensor, sigma: float) -> torch.Tensor:
+    """log(w_i f(x, c_i)) from squared distances (B, k) and the centres' log-weights (B, k)."""
     return log_weights - d2 / (2.0 * sigma**2)
 
 
@@ -115,9 +150,23 @@ class NNGKLoss(BenchLoss):
         self.register_buffer("centre_labels", torch.zeros(num_train, dtype=torch.long))
         self.register_buffer("neighbours", torch.zeros(num_train, self.k, dtype=torch.long))
         self.register_buffer("refreshed", torch.tensor(False))
-        # sum distance, sum kernel, sum exponent spread, distances, lists
+        # sum distance, sum kernel, sum exponent spread, distances, lists: kept on the
+        # embeddings' device and read once an epoch, so that a step never waits for the GPU
         self._stats = torch.zeros(5, dtype=torch.float64)
         self._flat: float | None = None
+        self._bank_changed()
+        self.register_load_state_dict_post_hook(NNGKLoss._bank_changed)
+
+    def _bank_changed(self, *_: object) -> None:
+        """After a refresh or a loaded checkpoint: the centres' squared norms are computed
+        again when next needed, and whether the bank is ready is read once, not every step."""
+        self._norms: torch.Tensor | None = None
+        self._ready = bool(self.refreshed)
+
+    def centre_norms(self) -> torch.Tensor:
+        if self._norms is None or self._norms.device != self.centres.device:
+            self._norms = self.centres.pow(2).sum(1)
+        return self._norms
 
     @torch.no_grad()
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
@@ -135,23 +184,24 @@ class NNGKLoss(BenchLoss):
         self.centre_labels.copy_(labels)
         self.neighbours.copy_(nbr)
         self.refreshed.fill_(True)
+        self._bank_changed()
 
     def forward(self, embeddings, labels, indices=None):
-        if indices is None or not bool(self.refreshed):
+        if indices is None or not self._ready:
             raise RuntimeError("NNGKLoss needs dataset indices and a refresh() before training")
-        indices = indices.to(self.neighbours.device)
-        nbr = self.neighbours[indices]
-        logits = kernel_logits(
-            embeddings, self.centres[nbr].to(embeddings), self.log_weights[nbr], self.sigma
-        )
-        self._record(embeddings.detach(), nbr)
+        nbr = self.neighbours[indices.to(self.neighbours.device)]
+        centres, norms = self.centres.to(embeddings), self.centre_norms().to(embeddings)
+        d2 = neighbour_sq_distances(embeddings, centres, norms, nbr)
+        self._record(d2.detach())
+        logits = kernel_logits(d2, self.log_weights[nbr], self.sigma)
         same = self.centre_labels[nbr] == labels.to(nbr.device).unsqueeze(1)
+        valid = same.any(dim=1)
+        # A row without a same-label neighbour takes its whole list as numerator: it adds 0 to
+        # the loss and its gradient, with no branch on the host (which would wait for the GPU).
+        same = same | ~valid.unsqueeze(1)
         numerator = torch.logsumexp(logits.masked_fill(~same, float("-inf")), dim=1)
         denominator = torch.logsumexp(logits, dim=1)
-        valid = same.any(dim=1)
-        if not bool(valid.any()):
-            return embeddings.sum() * 0.0
-        return (denominator - numerator)[valid].mean()
+        return (denominator - numerator).sum() / valid.sum().clamp_min(1)
 
     def class_probabilities(self, queries, train, train_labels, num_classes):
         """Eq. 3 over the given training embeddings as centres, with the learned weights."""
@@ -160,19 +210,21 @@ class NNGKLoss(BenchLoss):
         )
 
     @torch.no_grad()
-    def _record(self, x: torch.Tensor, nbr: torch.Tensor) -> None:
-        d2 = (x.unsqueeze(1) - self.centres[nbr].to(x)).pow(2).sum(-1).double().cpu()
+    def _record(self, d2: torch.Tensor) -> None:
         exponent = d2 / (2.0 * self.sigma**2)
         spread = exponent.max(dim=1).values - exponent.min(dim=1).values
-        self._stats += torch.stack(
+        step = torch.stack(
             [
                 d2.sqrt().sum(),
                 torch.exp(-exponent).sum(),
                 spread.sum(),
-                torch.tensor(float(d2.numel())),
-                torch.tensor(float(len(d2))),
+                d2.new_tensor(float(d2.numel())),
+                d2.new_tensor(float(len(d2))),
             ]
         )
+        if self._stats.device != d2.device:
+            self._stats = self._stats.to(d2.device)
+        self._stats += step.double()
 
     def epoch_stats(self) -> dict[str, float]:
         """Fig. 4b, 4c: mean distance and mean kernel value (Eq. 1) from the training examples
@@ -213,8 +265,10 @@ def nngk_class_probabilities(
     queries, centres = queries.detach().float().cpu(), centres.detach().float().cpu()
     _, idx = search(centres.numpy(), queries.numpy(), k)
     nbr = torch.from_numpy(idx.astype(np.int64))
-    logits = kernel_logits(queries, centres[nbr], log_weights.detach().cpu()[nbr], sigma)
-    weights = torch.softmax(logits, dim=1)
+    norms, log_weights = centres.pow(2).sum(1), log_weights.detach().cpu()
     probs = torch.zeros(len(queries), num_classes)
-    probs.scatter_add_(1, centre_labels.cpu()[nbr], weights)
+    for rows in torch.arange(len(queries)).split(1024):  # (1024 x N) products at most
+        d2 = neighbour_sq_distances(queries[rows], centres, norms, nbr[rows])
+        weights = torch.softmax(kernel_logits(d2, log_weights[nbr[rows]], sigma), dim=1)
+        probs[rows] = probs[rows].scatter_add(1, centre_labels.cpu()[nbr[rows]], weights)
     return probs

@@ -288,10 +288,14 @@ def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
 
 
 def test_speed_benchmark_prints_ratios():
-    args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20"
+    args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
     out = cli(*args.split(), "--backbone", "small_cnn")
     assert out.exit_code == 0, out.output
     for row in (
+        "loop / nngk",
+        "nngk / softmax",
+        "pml / ours",
+        "nngk-bench --help",
         "speed-up",
         "cached img/s",
         "decoded img/s",
@@ -341,7 +345,7 @@ def test_visualize_draws_a_runs_tsne_similarity_and_centre_statistics(nngk_run, 
 
 def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
     planned = []
-    monkeypatch.setattr("bench.cli.suite.run_all", lambda configs, *_: planned.extend(configs))
+    monkeypatch.setattr("bench.cli.training.run_all", lambda configs, *_: planned.extend(configs))
     assert cli("suite").exit_code == 0
     assert len(planned) == 9 * 2 * 3  # losses (triplet with 3 miners), dims 64 and 512, seeds
     assert {(c.dataset, c.backbone, c.val_split) for c in planned} == {

@@ -218,6 +218,44 @@ def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
     assert (loss.log_weights.grad[unused] == 0).all()
 
 
+def test_nngk_gathered_a_few_rows_at_a_time_or_all_at_once_agree(monkeypatch):
+    idx = torch.tensor([0, 3, 5, 7])
+
+    def value_and_grad(floats):
+        monkeypatch.setattr(losses.nngk, "GATHER_FLOATS", floats)
+        loss, centres, centre_labels = make_nngk(torch.float64)
+        x = (centres[idx] + 0.3).requires_grad_()
+        value = loss(x, centre_labels[idx], idx)
+        value.backward()
+        return value.detach(), x.grad, loss.log_weights.grad
+
+    for whole, gathered in zip(value_and_grad(10**9), value_and_grad(0), strict=True):
+        close(whole, gathered, 1e-12)
+
+
+def test_nngk_loaded_from_a_checkpoint_gives_the_same_loss():
+    loss, centres, centre_labels = make_nngk(torch.float64)
+    idx = torch.tensor([1, 2, 8])
+    x = centres[idx] + 0.2
+    context = {"num_train": N_TRAIN, "num_classes": 3, "dims": DIMS}
+    fresh = losses.build_loss("nngk", {"sigma": SIGMA, "k": K}, **context).double()
+    fresh.refresh(3 * torch.randn(N_TRAIN, DIMS, dtype=F64), centre_labels)
+    before = fresh(x, centre_labels[idx], idx)  # its own bank's norms, now cached
+    fresh.load_state_dict(loss.state_dict())
+    assert abs(val(before) - val(loss(x, centre_labels[idx], idx))) > 1e-3
+    close(fresh(x, centre_labels[idx], idx), loss(x, centre_labels[idx], idx), 1e-12)
+
+
+def test_nngk_rows_without_a_positive_leave_the_mean_and_the_gradient():
+    loss, centres, labels = fallback_case()
+    x = torch.tensor([[0.1, 0.2], [9.5, 10.2]], requires_grad=True)
+    both = loss(x, labels[[0, 6]], torch.tensor([0, 6]))
+    both.backward()
+    alone = loss(x[:1].detach(), labels[[0]], torch.tensor([0]))
+    assert val(both) == pytest.approx(val(alone), rel=1e-6)
+    assert torch.isfinite(x.grad).all() and float(x.grad[1].abs().max()) == 0.0
+
+
 def test_nngk_centres_are_a_buffer_and_log_weights_the_only_parameter():
     loss, centres, centre_labels = make_nngk(torch.float64)
     assert [name for name, _ in loss.named_parameters()] == ["log_weights"]

@@ -109,3 +109,22 @@ def test_two_processes_share_one_study_without_duplicates(tmp_path):
     assert len({tuple(sorted(t.params.items())) for t in finished}) == 4
     trials = pd.DataFrame([t.params for t in finished])
     assert trials["lr"].between(1e-4, 1e-1).all()
+
+
+def test_a_trial_that_diverges_at_once_scores_zero_and_the_study_goes_on(tmp_path, monkeypatch):
+    # e.g. N-pair at a sampled lr of 0.036 went NaN in its first epoch and stopped the study.
+    import torch
+
+    from losses.softmax import SoftmaxLoss
+
+    real = SoftmaxLoss.forward
+
+    def forward(self, embeddings, labels, indices=None):
+        return real(self, embeddings, labels, indices) * torch.tensor(float("nan"))
+
+    monkeypatch.setattr(SoftmaxLoss, "forward", forward)
+    args = ["--loss", "softmax", "--trials", "2", "--epochs", "1", "--no-retrain"]
+    out = CliRunner().invoke(main, tune_args(tmp_path, *args))
+    assert out.exit_code == 0, out.output
+    assert [t.value for t in complete(studies(tmp_path, "softmax", 2, 1))] == [0.0, 0.0]
+    assert "before any epoch finished" in out.output and "the trial scores 0" in out.output

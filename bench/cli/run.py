@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import sys
 from pathlib import Path
 
 import click
 
+from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
 from bench.cli.options import (
     DEFAULT_RESULTS,
     NON_NEGATIVE,
@@ -16,12 +17,11 @@ from bench.cli.options import (
     VAL_FRACTION,
     parse_ints,
 )
+from bench.cli.training import checked_device
 from bench.data.datasets import check_dataset
 from bench.data.splits import PROTOCOLS, VAL_SPLITS
-from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone, check_embedding
-from bench.runs import store
+from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone
 from bench.train.presets import PRESETS, make_configs
-from bench.util.progress import log
 
 
 def loss_params_from(loss: str, miner, sigma, k, update_interval, margin, fixed_weights) -> dict:
@@ -145,6 +145,15 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
 )
 @click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
 @click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+@click.option(
+    "--nproc",
+    type=POSITIVE,
+    default=1,
+    show_default=True,
+    help="Processes training each run together (DistributedDataParallel through torchrun; "
+    "one GPU each on a GPU machine).",
+)
+@dispatch_options
 def run(
     loss,
     dataset,
@@ -178,8 +187,12 @@ def run(
     results,
     force,
     device,
+    nproc,
+    **jobs,
 ):
     """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        relaunch_with_torchrun(nproc)
     if triplet_form == "nca":
         if loss != "triplet":
             raise click.ClickException("--triplet-form nca applies to --loss triplet only")
@@ -191,7 +204,9 @@ def run(
         raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
     seeds = parse_ints(seed, "--seed")
-    dev = checked_device(device)
+    dispatch = dispatch_from(jobs)
+    if dispatch.executor == "none":
+        checked_device(device)  # before anything is written
     overrides = dict(
         epochs=epochs,
         batch_size=batch_size,
@@ -224,78 +239,21 @@ def run(
             **overrides,
         )
     ]
-    run_all(configs, results, force, dev)
+    submit_runs(configs, results, dispatch, force, device)
 
 
-def checked_device(name: str | None):
-    """The --device as a torch device (None: CUDA when present); a one-line error for a name
-    torch does not know or for CUDA on a machine without it."""
-    import torch
+def relaunch_with_torchrun(nproc: int) -> None:
+    """This command again, without --nproc, as `nproc` processes under torchrun (one machine)."""
+    import subprocess
 
-    if name is None:
-        return None
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise click.ClickException(
-            f"unknown --device {name!r}; expected cpu, cuda or cuda:N"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise click.ClickException(
-            f"--device {name}: CUDA is not available on this machine; use --device cpu or leave "
-            "--device out"
-        )
-    return device
-
-
-def run_all(configs: list, results: Path, force: bool, device) -> None:
-    """The baseline of the first config's data set, then every config; one-line errors."""
-    from bench.train.baseline import run_baseline
-    from bench.train.loaders import with_data_identity
-    from bench.train.trainer import Trainer
-
-    try:
-        configs = with_data_identity(configs)
-        for cfg in configs:
-            check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
-        log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
-        run_baseline(configs[0], results, device)
-        diverged = [
-            cfg.run_id()
-            for cfg in configs
-            if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
-        ]
-    except KeyboardInterrupt:
-        click.echo("interrupted; run the same command again to resume", err=True)
-        sys.exit(130)
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None
-    if diverged:
-        raise click.ClickException(
-            f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "
-            f"({', '.join(diverged)}); a lower --lr may train them (metrics.json: diverged)"
-        )
-
-
-def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
-    """Train a run, skip it when finished, or with --force retrain it beside the finished one,
-    which is replaced only when the rerun has finished (a failed rerun loses nothing; the
-    same command resumes it). Whether the run diverged."""
-    store.recover_run(run_dir)
-    finished = store.is_finished(run_dir)
-    if finished and not force:
-        diverged = store.read_metrics(run_dir).get("diverged")
-        note = f"; it diverged at {diverged}" if diverged else ""
-        click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")
-        return False
-    if force and not finished and run_dir.exists():
-        shutil.rmtree(run_dir)  # an unfinished run: nothing to keep
-    target = store.staging_folder(run_dir) if finished else run_dir
-    metrics = trainer_cls(cfg, target, device).fit()
-    if finished:
-        store.replace_run(target, run_dir)
-    summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
-    if "diverged" in metrics:
-        summary += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
-    click.echo(f"{run_dir}: {summary}")
-    return "diverged" in metrics
+    args, skip = [], False
+    for arg in sys.argv[1:]:
+        if skip or arg.startswith("--nproc="):
+            skip = False
+            continue
+        skip = arg == "--nproc"
+        if not skip:
+            args.append(arg)
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command = [*launcher, f"--nproc_per_node={nproc}", "-m", "bench.cli", *args]
+    sys.exit(subprocess.run(command).returncode)

@@ -22,32 +22,78 @@ import click
 @click.option("--backbone", default="resnet18", show_default=True)
 @click.option("--images", default=640, show_default=True, help="Images to time the loader on.")
 @click.option("--workers", default=0, show_default=True, help="Loader processes (as in run).")
-def speed(batch, loader_dataset, data_root, resize, crop, backbone, images, workers):
-    """Benchmarks printed as ratios: our lifted structure loss against PML's; with --loader, the
-    image cache against decoding every epoch, both against the model's training speed."""
+@click.option(
+    "--eval-sizes", default="10000,50000", show_default=True, help="Items of the evaluator runs."
+)
+@click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
+@click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
+def speed(
+    batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes, **run
+):
+    """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
+    step, our lifted structure loss against PML's; with --loader, the image cache against
+    decoding every epoch, both against the model's training speed."""
+    import os
     import tempfile
 
-    from tabulate import tabulate
+    import torch
 
-    from bench.speed.benchmarks import lifted_benchmark, loader_benchmark, synthetic_jpegs
+    from bench.cli.options import parse_ints
+    from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark, loader_benchmark
+    from bench.speed.nngk_step import nngk_step_benchmark
 
-    rows = lifted_benchmark(batch=batch)
-    click.echo(tabulate(rows, headers="keys", floatfmt=".4f", tablefmt="github"))
+    device = run["device"]
+    torch.set_num_threads(run["threads"] or os.cpu_count() or 1)
+    click.echo(f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}")
+    show("NNGK step (forward + backward)", nngk_step_benchmark(batch=batch, device=device))
+    show("lifted structure: PML / ours", lifted_benchmark(batch=batch))
+    sizes = parse_ints(eval_sizes, "--eval-sizes")
+    show("evaluator (R@1, MAP@R, NMI): PML / ours", evaluator_benchmark(sizes))
+    show("command-line start (a fresh process, seconds)", start_times())
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
-    if loader_dataset == "synthetic":
-        paths = synthetic_jpegs(tmp / "jpegs", count=images)
-    else:
-        from bench.data.datasets import default_data_root, read_table
+    try:
+        paths = loader_paths(loader_dataset, data_root, images, tmp)
+        result = loader_benchmark(paths, resize, crop, backbone, tmp / "cache", workers)
+        show("loader", [{"loader": k, "value": v} for k, v in result.items()])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
-        try:
-            table, _ = read_table(loader_dataset, data_root or default_data_root())
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
-        paths = table["path"].tolist()[:images]
-    result = loader_benchmark(paths, resize, crop, backbone, tmp / "cache", workers)
-    click.echo(
-        tabulate(result.items(), headers=["loader", "value"], floatfmt=".2f", tablefmt="github")
-    )
-    shutil.rmtree(tmp, ignore_errors=True)
+
+def show(title: str, rows: list[dict]) -> None:
+    from tabulate import tabulate
+
+    click.echo(f"\n{title}\n" + tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
+
+
+def loader_paths(dataset: str, data_root: str | None, images: int, tmp: Path) -> list[str]:
+    """`images` image files: synthetic JPEGs, or the first of a data set's table."""
+    from bench.speed.benchmarks import synthetic_jpegs
+
+    if dataset == "synthetic":
+        return synthetic_jpegs(tmp / "jpegs", count=images)
+    from bench.data.datasets import default_data_root, read_table
+
+    try:
+        frame, _ = read_table(dataset, data_root or default_data_root())
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    return frame["path"].tolist()[:images]
+
+
+def start_times() -> list[dict]:
+    """Wall seconds of `nngk-bench --help` and `nngk-bench losses` in a new interpreter."""
+    import subprocess
+    import sys
+    import time
+
+    rows = []
+    for args in (["--help"], ["losses"]):
+        start = time.perf_counter()
+        command = [sys.executable, "-c", "from bench.cli import main; main()", *args]
+        subprocess.run(command, check=True, capture_output=True)
+        rows.append(
+            {"command": "nngk-bench " + " ".join(args), "seconds": time.perf_counter() - start}
+        )
+    return rows

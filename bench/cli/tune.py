@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
 from bench.cli.options import DEFAULT_RESULTS, POSITIVE, parse_ints
 
 
@@ -43,21 +44,18 @@ from bench.cli.options import DEFAULT_RESULTS, POSITIVE, parse_ints
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
+@dispatch_options
 def tune(
     losses, dataset, dims, trials, epochs, folds, seeds, final_epochs, no_retrain, storage,
-    grace, results,
+    grace, results, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
     on validation classes; retrain the best with SEEDS. Run it in several processes or on
-    several machines (one --storage) to share the trials."""
-    from bench.cli.run import check_choices, run_all
-    from bench.tune.study import (
-        TuneSetup,
-        default_storage,
-        tune_loss,
-        tuned_configs,
-        write_summary,
-    )
+    several machines (one --storage) to share the trials, or as --jobs submitit jobs."""
+    from bench.cli.run import check_choices
+    from bench.tune.study import TuneSetup, default_storage, tune_loss, tuned_configs, write_summary
+
+    dispatch = dispatch_from(jobs)
 
     names = [name for name in losses.split(",") if name]
     try:
@@ -67,10 +65,16 @@ def tune(
         raise click.ClickException(str(err)) from None
     setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace)
     url = storage or default_storage(results)
+    if dispatch.executor != "none":
+        executor = dispatch.submitit_executor(results)
+        workers = [
+            executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)
+        ]
+        wait(workers, f"tuning {', '.join(names)}")
     configs = []
     for name in names:
         try:
-            study = tune_loss(setup, name, url, results)
+            study = tune_loss(setup, name, url, results)  # (the workers' study: done)
             folder = write_summary(study, setup, name, results)
         except (ValueError, RuntimeError) as err:
             raise click.ClickException(str(err).splitlines()[0]) from None
@@ -80,4 +84,14 @@ def tune(
         )
         configs += tuned_configs(study, setup, name, parse_ints(seeds, "--seeds"), final_epochs)
     if configs and not no_retrain:
-        run_all(configs, results, False, None)
+        submit_runs(configs, results, dispatch)
+
+
+def tune_worker(setup, names: list[str], storage_url: str, results: Path) -> None:
+    """A job: this worker's share of every loss's trials, on the shared study."""
+    from bench.tune.study import tune_loss
+    from bench.util.progress import show_progress
+
+    show_progress()
+    for name in names:
+        tune_loss(setup, name, storage_url, results)

@@ -15,18 +15,24 @@ BEST_OF = 5  # k-means restarts of `nmi_best_of_5`
 
 
 def evaluate(
-    embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, restarts: bool = True
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    seed: int = 0,
+    clustering: bool = True,
+    best_of: bool = True,
 ) -> dict:
     """All retrieval and clustering metrics of one embedding of a labelled set: NMI of one
-    k-means run as PML's, and (`restarts`) the best of 5 restarts as `nmi_best_of_5`."""
+    k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
+    `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only."""
     labels = np.asarray(labels)
     _, counts = np.unique(labels, return_counts=True)
     k = max(max(RECALL_KS), int(counts.max()) - 1)
     _, idx = knn(embeddings, k)
     neighbour_labels = labels[idx]
     metrics = recall_at_k(neighbour_labels, labels)
-    metrics["nmi"] = nmi(embeddings, labels)
-    if restarts:
+    if clustering:
+        metrics["nmi"] = nmi(embeddings, labels)
+    if clustering and best_of:
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF)
     metrics["map@r"] = map_at_r(neighbour_labels, labels)
     return metrics

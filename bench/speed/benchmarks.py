@@ -50,6 +50,50 @@ def lifted_benchmark(batch: int = 128, dims: int = 64, classes=(2, 8, 32)) -> li
     return rows
 
 
+def clustered_embeddings(n: int, dims: int, classes: int, seed: int = 0):
+    """n points around `classes` random centres: noisy enough that retrieval is imperfect."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, classes, n)
+    centres = rng.normal(size=(classes, dims))
+    return (centres[labels] + 2 * rng.normal(size=(n, dims))).astype("float32"), labels
+
+
+def evaluator_benchmark(sizes=(10_000, 50_000), dims: int = 128, classes: int = 100) -> list[dict]:
+    """Our evaluator against PML's AccuracyCalculator computing the same metrics (R@1, MAP@R,
+    one k-means NMI), with both R@1 and MAP@R, which must agree."""
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+    from bench.evaluation.metrics import evaluate
+
+    include = ("precision_at_1", "mean_average_precision_at_r", "NMI")
+    calc = AccuracyCalculator(include=include, k="max_bin_count", device=torch.device("cpu"))
+    rows = []
+    for n in sizes:
+        x, labels = clustered_embeddings(n, dims, classes)
+        start = time.perf_counter()
+        ours = evaluate(x, labels, best_of=False)
+        t_ours = time.perf_counter() - start
+        start = time.perf_counter()
+        pml = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(labels))
+        t_pml = time.perf_counter() - start
+        rows.append(
+            {
+                "items": n,
+                "dims": dims,
+                "ours_s": t_ours,
+                "pml_s": t_pml,
+                "pml / ours": t_pml / t_ours,
+                "R@1 ours": ours["recall@1"],
+                "R@1 pml": pml["precision_at_1"],
+                "MAP@R ours": ours["map@r"],
+                "MAP@R pml": pml["mean_average_precision_at_r"],
+            }
+        )
+    return rows
+
+
 def throughput(dataset, batch_size: int = 64, batches: int = 10, workers: int = 0) -> float:
     """Images per second that a DataLoader with `workers` processes yields from `dataset`."""
     from torch.utils.data import DataLoader

@@ -7,11 +7,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 from pytorch_metric_learning.samplers import MPerClassSampler
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from bench.data.datasets import DataSplits, load_dataset
 from bench.data.identity import data_identity
 from bench.runs.config import RunConfig
+from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices
 from losses import BenchLoss
 
 
@@ -41,8 +42,11 @@ def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
     return f"{cfg.batch_size // m} classes x {m}"
 
 
-def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -> DataLoader:
-    """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches."""
+def epoch_loader(
+    cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int, ranks: Ranks = ONE_PROCESS
+) -> DataLoader:
+    """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches;
+    with several processes, this one's slice of each batch."""
     labels = np.asarray(data.train.labels)
     if cfg.batch_size > len(labels):  # drop_last would leave no batch at all
         raise ValueError(
@@ -56,13 +60,10 @@ def epoch_loader(cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int) -
     else:
         gen = torch.Generator().manual_seed(seed)
         sampler = RandomSampler(data.train, generator=gen)
-    return DataLoader(
-        data.train,
-        batch_size=cfg.batch_size,
-        sampler=sampler,
-        drop_last=True,
-        num_workers=cfg.workers,
-    )
+    batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
+    if ranks.world > 1:
+        batches = RankSlices(batches, ranks)
+    return DataLoader(data.train, batch_sampler=batches, num_workers=cfg.workers)
 
 
 def load_data(cfg: RunConfig) -> DataSplits:

@@ -12,7 +12,6 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from bench.data.datasets import DataSplits
 from bench.evaluation.classification import classification_scores
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
@@ -21,6 +20,20 @@ from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig, weights_label
 from bench.train.baseline import run_summary
+from bench.train.distributed import (
+    gather_batch,
+    local_device,
+    ranks_from_env,
+    share_from_main,
+    wrap_model,
+)
+from bench.train.guards import (
+    Diverged,
+    DivergedAtStart,
+    check_validation,
+    epoch_seed,
+    epoch_summary,
+)
 from bench.train.loaders import epoch_loader, input_size, load_data, sampler_text
 from bench.util.atomic import (
     atomic_save_npz,
@@ -35,53 +48,6 @@ from losses import build_loss, loss_defaults
 SELECT_BY = "map@r"  # validation metric that picks the checkpoint
 
 
-class Diverged(ValueError):
-    """A non-finite training loss or embedding: where it happened."""
-
-    def __init__(self, epoch: int, step: int | str, value: float):
-        self.epoch, self.step, self.value = epoch, step, value
-        where = f"step {step}" if isinstance(step, int) else step
-        super().__init__(f"epoch {epoch}, {where} (loss {value})")
-
-
-def epoch_seed(cfg: RunConfig, epoch: int) -> int:
-    """Every epoch's randomness derives from the run seed and the epoch alone, so that a run
-    resumed at an epoch boundary continues exactly as an uninterrupted one."""
-    return cfg.seed * 100_003 + epoch
-
-
-def check_validation(cfg: RunConfig, data: DataSplits) -> None:
-    """A one-line error, before anything is written, when the validation split cannot rank:
-    MAP@R needs a class with two items, or every epoch's score is NaN."""
-    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
-        raise ValueError(
-            "the pairs protocol chooses its verification threshold on validation images; "
-            "give it a --val-fraction above 0"
-        )
-    if not len(data.val) and cfg.val_fraction == 0:
-        return  # no validation asked for: the last epoch is tested
-    _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
-    if cfg.protocol != "classify" and not (counts >= 2).any():
-        raise ValueError(
-            f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
-            "two, so it cannot choose an epoch; use a data set with more images per class, or "
-            "--val-split classes"
-        )
-
-
-def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
-    """One line per epoch: training loss, validation MAP@R and the selection score, seconds."""
-    val = (
-        f"validation MAP@R {row['val_map@r']:.4f}  score {score:.4f}"
-        if "val_map@r" in row
-        else "no validation"
-    )
-    return (
-        f"{run}: epoch {row['epoch']}/{epochs}  train loss {row['train_loss']:.4f}  {val}  "
-        f"({row['seconds']:.1f} s)"
-    )
-
-
 class Trainer:
     """Trains one configuration into its run folder, resuming from its last checkpoint."""
 
@@ -91,6 +57,8 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.name = cfg.run_id()  # also when it trains in a staging folder (run --force)
         self.device = device or default_device()
+        self.ranks = ranks_from_env(self.device)
+        self.device = local_device(self.device)
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
@@ -115,6 +83,7 @@ class Trainer:
         self.loss.to(self.device)
         if cfg.freeze_backbone:
             self.model.backbone.requires_grad_(False)
+        self.train_model = wrap_model(self.model, self.device, self.ranks)
         params = [p for p in self.model.parameters() if p.requires_grad]
         params += [p for p in self.loss.parameters() if p.requires_grad]
         # Nothing to learn (frozen backbone as the embedding, fixed NNGK weights): evaluation only.
@@ -136,20 +105,30 @@ class Trainer:
         }
 
     def refresh(self) -> None:
-        emb, labels = embed(self.model, self.data.train_eval, self.device, workers=self.cfg.workers)
-        self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
+        """The loss's per-epoch refresh (NNGK's bank); with several processes, the first one's,
+        sent to the others."""
+        if self.ranks.main:
+            emb, labels = embed(
+                self.model, self.data.train_eval, self.device, workers=self.cfg.workers
+            )
+            self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
+        if self.ranks.world > 1:
+            state = {k: v.cpu() for k, v in self.loss.state_dict().items()}
+            self.loss.load_state_dict(share_from_main(state, self.ranks))
 
     def train_epoch(self, epoch: int) -> float:
-        loader = epoch_loader(self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch))
+        loader = epoch_loader(
+            self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch), self.ranks
+        )
         self.model.train()
         if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
             self.model.backbone.eval()
         total, count = 0.0, 0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
         for step, (x, y, idx) in enumerate(bar, start=1):
-            x, y = x.to(self.device), y.to(self.device)
-            indices = idx.to(self.device) if self.loss.needs_indices else None
-            value = self.loss(self.model(x), y, indices)
+            x, y, idx = x.to(self.device), y.to(self.device), idx.to(self.device)
+            emb, y, idx = gather_batch(self.train_model(x), y, idx, self.ranks)
+            value = self.loss(emb, y, idx if self.loss.needs_indices else None)
             step_loss = float(value.detach())
             if not np.isfinite(step_loss):  # stop before the step spoils the weights
                 raise Diverged(epoch + 1, step, step_loss)
@@ -186,7 +165,7 @@ class Trainer:
         emb, labels = self.embed_split(self.data.val)
         if not np.isfinite(emb).all():
             raise Diverged(epoch, "validation embeddings", float("nan"))
-        metrics = evaluate(emb, labels, seed=self.cfg.seed, restarts=False)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False)
         if self.cfg.protocol == "classify":
             metrics.update(classification_scores(self.class_probabilities(emb), labels))
             metrics["score"] = -metrics["nll"]
@@ -248,10 +227,11 @@ class Trainer:
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
-        atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+        if self.ranks.main:
+            atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training: a baseline for what training adds.
         untrained = {}
-        if self.testing:
+        if self.testing and self.ranks.main:
             log.info(f"{self.name}: evaluating the untrained network on the test split")
             untrained, _, _ = self.test()
         return {
@@ -276,7 +256,7 @@ class Trainer:
                 self.refresh()
             try:
                 train_loss = self.train_epoch(epoch)
-                val = self.validate(epoch + 1)
+                val = self.shared_validation(epoch + 1)
             except Diverged as where:
                 return self.stop_diverged(progress, where)
             if val["score"] > progress["best"]["score"]:
@@ -294,14 +274,36 @@ class Trainer:
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
             log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
-            self.save_checkpoint(progress)
-            history = pd.DataFrame(progress["history"]).to_csv(index=False)
-            atomic_write_text(self.run_dir / store.HISTORY, history)
+            if self.ranks.main:
+                self.save_checkpoint(progress)
+                history = pd.DataFrame(progress["history"]).to_csv(index=False)
+                atomic_write_text(self.run_dir / store.HISTORY, history)
         return self.conclude(progress)
 
+    def shared_validation(self, epoch: int) -> dict:
+        """`validate` on the first process; the others take its result (or its divergence)."""
+        if self.ranks.world == 1:
+            return self.validate(epoch)
+        outcome = None
+        if self.ranks.main:
+            try:
+                outcome = self.validate(epoch)
+            except Diverged as where:
+                outcome = (where.epoch, where.step, where.value)
+        outcome = share_from_main(outcome, self.ranks)
+        if isinstance(outcome, tuple):
+            raise Diverged(*outcome)
+        return outcome
+
     def conclude(self, progress: dict) -> dict:
-        """The run's metrics.json: tested (`finish`), or a tuning trial's validation score."""
-        return self.finish(progress) if self.testing else self.finish_validation(progress)
+        """The run's metrics.json: tested (`finish`), or a tuning trial's validation score;
+        written by the first process, which the others wait for."""
+        metrics = {}
+        if self.ranks.main:
+            metrics = self.finish(progress) if self.testing else self.finish_validation(progress)
+        if self.ranks.world > 1:
+            torch.distributed.barrier()
+        return metrics
 
     def note(self, progress: dict, warnings: list[str]) -> None:
         """Log each new warning once, and keep it for metrics.json."""
@@ -334,7 +336,7 @@ class Trainer:
         diverged; with no finished epoch there is nothing to keep, and an error says so."""
         hint = f"a learning rate below {self.cfg.lr:g} (--lr) may train"
         if progress["best"]["model"] is None:
-            raise ValueError(
+            raise DivergedAtStart(
                 f"{self.name}: training diverged at {where} before any epoch finished; {hint}"
             )
         progress["diverged"] = str(where)

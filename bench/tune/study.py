@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 
 from bench.runs import store
 from bench.runs.config import RunConfig
+from bench.train.guards import DivergedAtStart
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
@@ -109,14 +110,20 @@ def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
 
 
 def trial_score(configs: list[RunConfig], trials_dir: Path) -> float:
-    """Mean best validation score of the trial's runs (a finished run is read, not redone)."""
+    """Mean best validation score of the trial's runs (a finished run is read, not redone).
+    A run that diverges before its first epoch ends scores 0, the least MAP@R: the settings
+    are the loss's to avoid, and the trial still counts against its budget."""
     scores = []
     for cfg in configs:
         run_dir = trials_dir / cfg.run_id()
-        if store.is_finished(run_dir):
-            metrics = store.read_metrics(run_dir)
-        else:
-            metrics = Trainer(cfg, run_dir).fit(test=False)
+        try:
+            if store.is_finished(run_dir):
+                metrics = store.read_metrics(run_dir)
+            else:
+                metrics = Trainer(cfg, run_dir).fit(test=False)
+        except DivergedAtStart as err:
+            log.warning(f"{err}: the trial scores 0")
+            metrics = {"val_score": 0.0}
         scores.append(float(metrics["val_score"]))
     return sum(scores) / len(scores)
 

@@ -1,0 +1,140 @@
+"""Runs dispatched as jobs through submitit: on this machine (`--executor local`) or on a Slurm
+cluster (`--executor slurm`), for `suite` and `tune`. Every job trains its runs with the same
+code as `run` (finished runs are skipped, interrupted ones resumed), so the same command run
+again submits again and only the missing work is done."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import click
+
+from bench.util.progress import log
+
+EXECUTORS = ("none", "local", "slurm")
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Where runs go: `none` trains them in this process; `local` and `slurm` submit jobs
+    (logs under RESULTS/jobs) and wait for them."""
+
+    executor: str = "none"
+    jobs: int = 2  # jobs at once (local: the runs are split between this many processes)
+    partition: str = ""
+    time_min: int = 240
+    gpus: int = 0  # per job
+    cpus: int = 4  # per job
+
+    def submitit_executor(self, results: Path):
+        import submitit
+
+        executor = submitit.AutoExecutor(
+            folder=Path(results) / "jobs" / "%j", cluster=self.executor
+        )
+        params = {"timeout_min": self.time_min, "cpus_per_task": self.cpus, "name": "nngk-bench"}
+        if self.gpus:
+            params["gpus_per_node"] = self.gpus
+        if self.executor == "slurm":
+            params["slurm_array_parallelism"] = self.jobs
+            if self.partition:
+                params["slurm_partition"] = self.partition
+        executor.update_parameters(**params)
+        return executor
+
+
+DISPATCH_OPTIONS = (
+    click.option(
+        "--executor",
+        type=click.Choice(EXECUTORS),
+        default="none",
+        show_default=True,
+        help="none: in this process; local: as submitit jobs here; slurm: as Slurm jobs.",
+    ),
+    click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
+                 help="Jobs at once (local: processes; slurm: the array's parallelism)."),
+    click.option("--partition", default="", help="Slurm partition."),
+    click.option("--time-min", type=click.IntRange(min=1), default=240, show_default=True,
+                 help="Time limit of a job, minutes."),
+    click.option("--gpus", type=click.IntRange(min=0), default=0, show_default=True,
+                 help="GPUs per job."),
+    click.option("--cpus", type=click.IntRange(min=1), default=4, show_default=True,
+                 help="CPUs per job."),
+)  # fmt: skip
+
+
+def dispatch_options(command: Callable) -> Callable:
+    for option in reversed(DISPATCH_OPTIONS):
+        command = option(command)
+    return command
+
+
+def dispatch_from(options: dict) -> Dispatch:
+    """Take the dispatch options out of a command's keyword arguments."""
+    names = ("executor", "jobs", "partition", "time_min", "gpus", "cpus")
+    return Dispatch(**{name: options.pop(name) for name in names})
+
+
+def run_group(configs: list, results: Path, force: bool = False, device: str | None = None):
+    """A job: train these runs (and their data set's baseline) as `run` would."""
+    from bench.cli.training import checked_device, run_all
+    from bench.util.progress import show_progress
+
+    show_progress()
+    run_all(configs, Path(results), force, checked_device(device))
+
+
+def groups(configs: list, dispatch: Dispatch) -> list[list]:
+    """Slurm: one run a job (each its own time limit and retry); local: `jobs` shares."""
+    if dispatch.executor == "slurm":
+        return [[cfg] for cfg in configs]
+    return [share for share in (configs[i :: dispatch.jobs] for i in range(dispatch.jobs)) if share]
+
+
+def submit_runs(
+    configs: list, results: Path, dispatch: Dispatch, force: bool = False, device: str | None = None
+) -> None:
+    """Train `configs` in this process, or as jobs: first the data set's baseline with the
+    first run as one job, then the others; wait for every job and name the ones that failed.
+    A job checks `device` where it runs (a login node may have no GPU)."""
+    if dispatch.executor == "none":
+        run_group(configs, results, force, device)
+        return
+    executor = dispatch.submitit_executor(results)
+    first = executor.submit(run_group, configs[:1], results, force, device)
+    wait([first], "the first run with its baseline")
+    rest = groups(configs[1:], dispatch)
+    if rest:
+        n = len(rest)
+        jobs = executor.map_array(run_group, rest, [results] * n, [force] * n, [device] * n)
+        wait(jobs, f"{len(configs) - 1} runs")
+
+
+def wait(jobs: list, what: str) -> None:
+    """Wait for the jobs, logging each as it ends; one line for those that failed."""
+    import submitit
+
+    folder = Path(jobs[0].paths.folder).parent if jobs else ""
+    ids = ", ".join(job.job_id for job in jobs)
+    log.info(f"{what}: {len(jobs)} job(s) submitted ({ids}); logs in {folder}")
+    failed = []
+    for job in submitit.helpers.as_completed(jobs, poll_frequency=2):
+        error = job.exception()
+        log.info(f"job {job.job_id}: {'failed' if error else 'done'}")
+        if error is not None:
+            failed.append(f"{job.job_id} ({error_line(error)})")
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} job(s) failed: {'; '.join(failed)}; their logs are in {folder}; "
+            "run the same command again to resume"
+        )
+
+
+def error_line(error: Exception) -> str:
+    """The exception a job raised, from submitit's report (its traceback, then log paths)."""
+    text = str(error)
+    trace = text.split("Traceback", 1)[-1].split("\n----", 1)[0]
+    lines = [line for line in trace.strip().splitlines() if line and not line[0].isspace()]
+    return lines[-1] if lines else text.strip().splitlines()[0]

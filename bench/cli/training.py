@@ -1,0 +1,130 @@
+"""How the commands train their runs in this process: the data set's baseline, then each
+run (skipped when finished, resumed when interrupted, retrained beside it with --force), or
+all of them together on several processes under torchrun; one-line errors."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from bench.models.backbones import check_embedding
+from bench.runs import store
+from bench.util.progress import log
+
+
+def checked_device(name: str | None):
+    """The --device as a torch device (None: CUDA when present); a one-line error for a name
+    torch does not know or for CUDA on a machine without it."""
+    import torch
+
+    if name is None:
+        return None
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise click.ClickException(
+            f"unknown --device {name!r}; expected cpu, cuda or cuda:N"
+        ) from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.ClickException(
+            f"--device {name}: CUDA is not available on this machine; use --device cpu or leave "
+            "--device out"
+        )
+    return device
+
+
+def run_all(configs: list, results: Path, force: bool, device) -> None:
+    """The baseline of the first config's data set, then every config; one-line errors."""
+    from bench.train.baseline import run_baseline
+    from bench.train.distributed import ranks_from_env
+    from bench.train.loaders import with_data_identity
+    from bench.train.trainer import Trainer
+    from bench.util.runtime import default_device
+
+    try:
+        configs = with_data_identity(configs)
+        for cfg in configs:
+            check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
+        ranks = ranks_from_env(device or default_device())
+        if ranks.world > 1:
+            diverged = train_distributed(configs, results, force, device, ranks)
+        else:
+            log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
+            run_baseline(configs[0], results, device)
+            diverged = [
+                cfg.run_id()
+                for cfg in configs
+                if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+            ]
+    except KeyboardInterrupt:
+        click.echo("interrupted; run the same command again to resume", err=True)
+        sys.exit(130)
+    except (ValueError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+    if diverged:
+        raise click.ClickException(
+            f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "
+            f"({', '.join(diverged)}); a lower --lr may train them (metrics.json: diverged)"
+        )
+
+
+def train_distributed(configs: list, results: Path, force: bool, device, ranks) -> list[str]:
+    """Under torchrun: the first process writes the baseline and says which runs are
+    finished; all processes train each other run together (bench/train/distributed.py).
+    The runs that diverged."""
+    import logging
+
+    from bench.train.baseline import run_baseline
+    from bench.train.distributed import share_from_main
+    from bench.train.trainer import Trainer
+
+    if force:
+        raise ValueError("--force needs one process; run it without torchrun or --nproc")
+    if ranks.main:
+        log.info(f"{len(configs)} run(s) on {ranks.world} processes into {results}")
+        run_baseline(configs[0], results, device)
+    else:
+        log.setLevel(logging.WARNING)
+    diverged = []
+    for cfg in configs:
+        run_dir = results / cfg.run_id()
+        if share_from_main(ranks.main and store.is_finished(run_dir), ranks):
+            if ranks.main:
+                click.echo(f"{run_dir}: finished, skipped")
+            continue
+        metrics = Trainer(cfg, run_dir, device).fit()
+        if ranks.main:
+            click.echo(f"{run_dir}: " + "  ".join(f"{k}={metrics[k]:.4f}" for k in SUMMARY))
+        if "diverged" in metrics:
+            diverged.append(cfg.run_id())
+    return diverged
+
+
+SUMMARY = ("recall@1", "nmi", "map@r")
+
+
+def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
+    """Train a run, skip it when finished, or with --force retrain it beside the finished one,
+    which is replaced only when the rerun has finished (a failed rerun loses nothing; the
+    same command resumes it). Whether the run diverged."""
+    store.recover_run(run_dir)
+    finished = store.is_finished(run_dir)
+    if finished and not force:
+        diverged = store.read_metrics(run_dir).get("diverged")
+        note = f"; it diverged at {diverged}" if diverged else ""
+        click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")
+        return False
+    if force and not finished and run_dir.exists():
+        shutil.rmtree(run_dir)  # an unfinished run: nothing to keep
+    target = store.staging_folder(run_dir) if finished else run_dir
+    metrics = trainer_cls(cfg, target, device).fit()
+    if finished:
+        store.replace_run(target, run_dir)
+    summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in SUMMARY)
+    if "diverged" in metrics:
+        summary += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
+    click.echo(f"{run_dir}: {summary}")
+    return "diverged" in metrics

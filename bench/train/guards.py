@@ -1,0 +1,60 @@
+"""What stops or paces a run: divergence, a validation split that cannot rank, the epochs'
+seeds and their one-line summaries."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.data.datasets import DataSplits
+from bench.runs.config import RunConfig
+
+
+class Diverged(ValueError):
+    """A non-finite training loss or embedding: where it happened."""
+
+    def __init__(self, epoch: int, step: int | str, value: float):
+        self.epoch, self.step, self.value = epoch, step, value
+        where = f"step {step}" if isinstance(step, int) else step
+        super().__init__(f"epoch {epoch}, {where} (loss {value})")
+
+
+class DivergedAtStart(ValueError):
+    """Training went non-finite before its first epoch finished: there is no model to keep."""
+
+
+def epoch_seed(cfg: RunConfig, epoch: int) -> int:
+    """Every epoch's randomness derives from the run seed and the epoch alone, so that a run
+    resumed at an epoch boundary continues exactly as an uninterrupted one."""
+    return cfg.seed * 100_003 + epoch
+
+
+def check_validation(cfg: RunConfig, data: DataSplits) -> None:
+    """A one-line error, before anything is written, when the validation split cannot rank:
+    MAP@R needs a class with two items, or every epoch's score is NaN."""
+    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
+        raise ValueError(
+            "the pairs protocol chooses its verification threshold on validation images; "
+            "give it a --val-fraction above 0"
+        )
+    if not len(data.val) and cfg.val_fraction == 0:
+        return  # no validation asked for: the last epoch is tested
+    _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
+    if cfg.protocol != "classify" and not (counts >= 2).any():
+        raise ValueError(
+            f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
+            "two, so it cannot choose an epoch; use a data set with more images per class, or "
+            "--val-split classes"
+        )
+
+
+def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
+    """One line per epoch: training loss, validation MAP@R and the selection score, seconds."""
+    val = (
+        f"validation MAP@R {row['val_map@r']:.4f}  score {score:.4f}"
+        if "val_map@r" in row
+        else "no validation"
+    )
+    return (
+        f"{run}: epoch {row['epoch']}/{epochs}  train loss {row['train_loss']:.4f}  {val}  "
+        f"({row['seconds']:.1f} s)"
+    )

@@ -1,0 +1,70 @@
+"""`suite --executor local`: runs dispatched as submitit jobs (processes on this machine, as
+they would be Slurm jobs on a cluster), each run finished as `run` would finish it."""
+
+import json
+import math
+
+import click
+import pytest
+import submitit
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.cli.dispatch import Dispatch, groups, wait
+
+
+def test_suite_with_the_local_executor_finishes_every_run(tmp_path):
+    args = "suite --dataset digits --dims 8 --seed 0 --epochs 1 --executor local --jobs 2"
+    out = CliRunner().invoke(main, [*args.split(), "--results", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    runs = [p for p in tmp_path.glob("digits-*") if "-untrained-" not in p.name]
+    assert len(runs) == 9 and all((p / "metrics.json").is_file() for p in runs)
+    losses = {json.loads((p / "metrics.json").read_text())["loss"] for p in runs}
+    assert losses == {"nngk", "softmax", "contrastive", "triplet", "npair", "lifted", "nca"}
+    assert len(list(tmp_path.glob("digits-untrained-*"))) == 2
+    # one job for the first run and its baseline, then two sharing the other eight
+    logs = list((tmp_path / "jobs").rglob("*_log.err"))
+    assert len(logs) == 3, logs
+    assert "job(s) submitted" in out.output
+
+
+def test_a_failed_job_is_one_line_naming_its_logs(tmp_path):
+    executor = Dispatch("local").submitit_executor(tmp_path)
+    jobs = [executor.submit(math.sqrt, 4.0), executor.submit(math.sqrt, -1.0)]
+    with pytest.raises(click.ClickException) as err:
+        wait(jobs, "two square roots")
+    message = err.value.format_message()
+    assert message.startswith("1 job(s) failed: ") and "math domain error" in message
+    assert str(tmp_path / "jobs") in message and "\n" not in message
+    assert jobs[0].result() == 2.0
+
+
+def test_slurm_gets_one_run_a_job_and_local_its_shares():
+    runs = list(range(7))
+    assert groups(runs, Dispatch("slurm", jobs=3)) == [[r] for r in runs]
+    assert groups(runs, Dispatch("local", jobs=3)) == [[0, 3, 6], [1, 4], [2, 5]]
+    assert groups(runs[:1], Dispatch("local", jobs=3)) == [[0]]
+
+
+def test_slurm_parameters_reach_the_executor(tmp_path, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(
+        submitit.AutoExecutor, "update_parameters", lambda self, **kw: seen.update(kw)
+    )
+    monkeypatch.setattr(submitit.AutoExecutor, "__init__", lambda self, folder, cluster: None)
+    Dispatch("slurm", jobs=5, partition="gpu", time_min=90, gpus=1).submitit_executor(tmp_path)
+    assert seen == {
+        "timeout_min": 90, "cpus_per_task": 4, "name": "nngk-bench", "gpus_per_node": 1,
+        "slurm_array_parallelism": 5, "slurm_partition": "gpu",
+    }  # fmt: skip
+
+
+def test_tune_with_the_local_executor_shares_one_study_between_its_jobs(tmp_path):
+    from tests.test_tune import complete, studies
+
+    args = "tune --loss contrastive --dataset digits --dims 8 --trials 3 --epochs 1 --no-retrain"
+    out = CliRunner().invoke(main, [*args.split(), "--executor", "local", "--results", tmp_path])
+    assert out.exit_code == 0, out.output
+    trials = complete(studies(tmp_path, "contrastive", 3, 1))
+    assert len(trials) == 3 and len({tuple(t.params.items()) for t in trials}) == 3
+    assert "2 job(s) submitted" in out.output
