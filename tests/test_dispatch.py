@@ -68,3 +68,37 @@ def test_tune_with_the_local_executor_shares_one_study_between_its_jobs(tmp_path
     trials = complete(studies(tmp_path, "contrastive", 3, 1))
     assert len(trials) == 3 and len({tuple(t.params.items()) for t in trials}) == 3
     assert "2 job(s) submitted" in out.output
+
+
+def test_workers_that_race_to_create_the_study_try_again(tmp_path, monkeypatch):
+    from sqlalchemy.exc import IntegrityError
+
+    from bench.tune import study
+
+    real, calls = study.create_or_load, []
+
+    def racing(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise IntegrityError("INSERT INTO alembic_version", {}, Exception("UNIQUE"))
+        return real(*args)
+
+    monkeypatch.setattr(study, "create_or_load", racing)
+    monkeypatch.setattr(study.time, "sleep", lambda s: None)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    opened = study.open_study(study.TuneSetup("digits", 8, 2, 1), "contrastive", url)
+    assert len(calls) == 2 and opened.study_name.startswith("digits-contrastive")
+
+
+def test_a_jobs_error_is_its_exception_line_not_submitits_trailer():
+    from bench.cli.dispatch import error_line
+
+    report = (
+        "Job (task=0) failed during processing with trace:\n----------------------\n"
+        'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+        "sqlalchemy.exc.IntegrityError: (sqlite3.IntegrityError) UNIQUE constraint failed\n"
+        "[SQL: INSERT INTO alembic_version]\n(Background on this error at: https://x)\n\n"
+        "----------------------\nYou can check full logs with 'job.stderr(0)'\n  - /a/log.err\n"
+    )
+    line = "sqlalchemy.exc.IntegrityError: (sqlite3.IntegrityError) UNIQUE constraint failed"
+    assert error_line(Exception(report)) == line

@@ -134,7 +134,9 @@ def wait(jobs: list, what: str) -> None:
 
 def error_line(error: Exception) -> str:
     """The exception a job raised, from submitit's report (its traceback, then log paths)."""
+    import re
+
     text = str(error)
     trace = text.split("Traceback", 1)[-1].split("\n----", 1)[0]
-    lines = [line for line in trace.strip().splitlines() if line and not line[0].isspace()]
-    return lines[-1] if lines else text.strip().splitlines()[0]
+    named = re.findall(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*$", trace, re.M)
+    return named[-1] if named else text.strip().splitlines()[0]

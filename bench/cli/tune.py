@@ -53,7 +53,14 @@ def tune(
     on validation classes; retrain the best with SEEDS. Run it in several processes or on
     several machines (one --storage) to share the trials, or as --jobs submitit jobs."""
     from bench.cli.run import check_choices
-    from bench.tune.study import TuneSetup, default_storage, tune_loss, tuned_configs, write_summary
+    from bench.tune.study import (
+        TuneSetup,
+        default_storage,
+        open_study,
+        tune_loss,
+        tuned_configs,
+        write_summary,
+    )
 
     dispatch = dispatch_from(jobs)
 
@@ -66,6 +73,8 @@ def tune(
     setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace)
     url = storage or default_storage(results)
     if dispatch.executor != "none":
+        for name in names:  # the database and studies exist before the workers start
+            open_study(setup, name, url)
         executor = dispatch.submitit_executor(results)
         workers = [
             executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)

@@ -15,6 +15,7 @@ runs resume from their checkpoints.
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +66,19 @@ def default_storage(results: Path) -> str:
 
 
 def open_study(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
+    """The loss's study, created if new. Workers that start together may race to create the
+    database's tables or the study (a unique-constraint error for the loser): it tries again."""
+    from sqlalchemy.exc import IntegrityError
+
+    for attempt in range(2):
+        try:
+            return create_or_load(setup, loss, storage_url)
+        except IntegrityError:
+            time.sleep(1 + attempt)
+    return create_or_load(setup, loss, storage_url)
+
+
+def create_or_load(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
     if storage_url.startswith("sqlite:///"):
         Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     storage = RDBStorage(
