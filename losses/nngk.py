@@ -265,10 +265,8 @@ def nngk_class_probabilities(
     queries, centres = queries.detach().float().cpu(), centres.detach().float().cpu()
     _, idx = search(centres.numpy(), queries.numpy(), k)
     nbr = torch.from_numpy(idx.astype(np.int64))
-    norms, log_weights = centres.pow(2).sum(1), log_weights.detach().cpu()
+    d2 = neighbour_sq_distances(queries, centres, centres.pow(2).sum(1), nbr)
+    weights = torch.softmax(kernel_logits(d2, log_weights.detach().cpu()[nbr], sigma), dim=1)
     probs = torch.zeros(len(queries), num_classes)
-    for rows in torch.arange(len(queries)).split(1024):  # (1024 x N) products at most
-        d2 = neighbour_sq_distances(queries[rows], centres, norms, nbr[rows])
-        weights = torch.softmax(kernel_logits(d2, log_weights[nbr[rows]], sigma), dim=1)
-        probs[rows] = probs[rows].scatter_add(1, centre_labels.cpu()[nbr[rows]], weights)
+    probs.scatter_add_(1, centre_labels.cpu()[nbr], weights)
     return probs

@@ -1,5 +1,5 @@
 """Runs dispatched as jobs through submitit: on this machine (`--executor local`) or on a Slurm
-cluster (`--executor slurm`), for `suite` and `tune`. Every job trains its runs with the same
+cluster (`--executor slurm`), for `run`, `suite` and `tune`. Every job trains its runs with the same
 code as `run` (finished runs are skipped, interrupted ones resumed), so the same command run
 again submits again and only the missing work is done."""
 

@@ -28,8 +28,9 @@ import click
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
-    batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes, **run
-):
+    batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes, device,
+    threads,
+):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
     step, our lifted structure loss against PML's; with --loader, the image cache against
     decoding every epoch, both against the model's training speed."""
@@ -42,8 +43,7 @@ def speed(
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark, loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
 
-    device = run["device"]
-    torch.set_num_threads(run["threads"] or os.cpu_count() or 1)
+    torch.set_num_threads(threads or os.cpu_count() or 1)
     click.echo(f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}")
     show("NNGK step (forward + backward)", nngk_step_benchmark(batch=batch, device=device))
     show("lifted structure: PML / ours", lifted_benchmark(batch=batch))

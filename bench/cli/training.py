@@ -97,13 +97,18 @@ def train_distributed(configs: list, results: Path, force: bool, device, ranks) 
             continue
         metrics = Trainer(cfg, run_dir, device).fit()
         if ranks.main:
-            click.echo(f"{run_dir}: " + "  ".join(f"{k}={metrics[k]:.4f}" for k in SUMMARY))
+            click.echo(f"{run_dir}: {summary_line(metrics)}")
         if "diverged" in metrics:
             diverged.append(cfg.run_id())
     return diverged
 
 
-SUMMARY = ("recall@1", "nmi", "map@r")
+def summary_line(metrics: dict) -> str:
+    """A finished run's test R@1, NMI and MAP@R, and where it diverged if it did."""
+    line = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+    if "diverged" in metrics:
+        line += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
+    return line
 
 
 def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
@@ -123,8 +128,5 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     metrics = trainer_cls(cfg, target, device).fit()
     if finished:
         store.replace_run(target, run_dir)
-    summary = "  ".join(f"{key}={metrics[key]:.4f}" for key in SUMMARY)
-    if "diverged" in metrics:
-        summary += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
-    click.echo(f"{run_dir}: {summary}")
+    click.echo(f"{run_dir}: {summary_line(metrics)}")
     return "diverged" in metrics

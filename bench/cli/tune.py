@@ -83,7 +83,7 @@ def tune(
     configs = []
     for name in names:
         try:
-            study = tune_loss(setup, name, url, results)  # (the workers' study: done)
+            study = tune_loss(setup, name, url, results)  # after workers: loads the done study
             folder = write_summary(study, setup, name, results)
         except (ValueError, RuntimeError) as err:
             raise click.ClickException(str(err).splitlines()[0]) from None
