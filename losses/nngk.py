@@ -25,6 +25,11 @@ the numerator would be empty and the loss infinite. Then the farthest neighbour 
 replaced by its nearest centre of its own class, so the loss stays finite and pulls x toward its
 class. An example whose class has no other training example has no such centre and contributes
 no loss.
+
+The neighbour lists come from exact search, as the paper's; from ANN_MIN_BANK training examples
+on (index "auto"), or with index "ivf", from an approximate IVF index probing `nprobe` lists.
+Its recall@k against exact search, measured on a sample at each refresh, is logged, recorded
+each epoch as `neighbour_recall`, and reported by `warnings` below RECALL_WARNING.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from bench.util.knn import knn, search
+from bench.util.knn import approximate_knn, knn, search, uses_gpu
 from bench.util.progress import log
 from losses.base import BenchLoss
 from losses.registry import register_loss
 
 FLAT_SPREAD = 0.1  # below this spread of the kernel exponents a list's softmax is ~uniform
+INDEXES = ("exact", "ivf", "auto")
+ANN_MIN_BANK = 100_000  # "auto" searches banks of this size on with the IVF index
+RECALL_WARNING = 0.95  # an IVF neighbour recall below this is reported
 
 
 GATHER_FLOATS = 2**20  # centres gathered at once on a CPU: about 4 MB, so they stay in cache
@@ -116,6 +124,14 @@ class NNGKLoss(BenchLoss):
         "learn_weights": (
             "seed 000 §2.1: weights 'learned end-to-end' (fixed at one: the Table 5 ablation)"
         ),
+        "index": (
+            "chosen here for large banks: exact search below 100,000 training examples, as the"
+            " paper's; an IVF index (faiss IVF-Flat, ~4 sqrt(N) lists) from there on"
+        ),
+        "nprobe": (
+            "chosen here: IVF lists probed per query; recall@100 0.998 and 0.977, 3x and 4.7x"
+            " faster than exact, on 50,000 and 200,000 points (nngk-bench speed, 2 CPU cores)"
+        ),
     }
     search_space = {"sigma": ("log", 0.1, 30.0), "k": ("int", 20, 200)}
 
@@ -129,6 +145,8 @@ class NNGKLoss(BenchLoss):
         k: int = 100,
         update_interval: int = 10,
         learn_weights: bool = True,
+        index: str = "auto",
+        nprobe: int = 16,
     ):
         super().__init__()
         if num_train < 2:
@@ -138,6 +156,14 @@ class NNGKLoss(BenchLoss):
                 f"NNGK needs sigma > 0, k >= 1 and update_interval >= 1; got sigma={sigma}, "
                 f"k={k}, update_interval={update_interval}"
             )
+        if index not in INDEXES or nprobe < 1:
+            raise ValueError(
+                f"NNGK index is one of {', '.join(INDEXES)} and nprobe >= 1; got "
+                f"index={index!r}, nprobe={nprobe}"
+            )
+        self.approximate = index == "ivf" or (index == "auto" and num_train >= ANN_MIN_BANK)
+        self.nprobe = int(nprobe)
+        self._recall: float | None = None  # of the lists of the last refresh, when approximate
         self.sigma = float(sigma)
         self.k = min(int(k), num_train - 1)
         if self.k < k:
@@ -173,8 +199,7 @@ class NNGKLoss(BenchLoss):
         """Store the current training embeddings as centres and recompute neighbour lists."""
         emb = embeddings.detach().float().cpu()
         labels = labels.detach().long().cpu()
-        _, idx = knn(emb.numpy(), self.k)
-        nbr = torch.from_numpy(idx.astype(np.int64))
+        nbr = torch.from_numpy(self._nearest(emb.numpy()).astype(np.int64))
         lacking = torch.nonzero(~(labels[nbr] == labels.unsqueeze(1)).any(dim=1)).squeeze(1)
         if len(lacking):
             nearest = nearest_same_class(emb, labels, lacking)
@@ -185,6 +210,19 @@ class NNGKLoss(BenchLoss):
         self.neighbours.copy_(nbr)
         self.refreshed.fill_(True)
         self._bank_changed()
+
+    def _nearest(self, emb: np.ndarray) -> np.ndarray:
+        """The k nearest other centres of each centre: exact, or from the IVF index (its
+        recall kept and logged)."""
+        if not self.approximate:
+            return knn(emb, self.k)[1]
+        _, idx, self._recall = approximate_knn(emb, self.k, nprobe=self.nprobe)
+        where = "GPU" if uses_gpu() else "CPU"
+        log.info(
+            f"NNGK refresh: IVF neighbour lists of {len(emb)} centres (nprobe {self.nprobe}, "
+            f"faiss on the {where}), recall@{self.k} {self._recall:.4f} on a sample"
+        )
+        return idx
 
     def forward(self, embeddings, labels, indices=None):
         if indices is None or not self._ready:
@@ -229,26 +267,36 @@ class NNGKLoss(BenchLoss):
     def epoch_stats(self) -> dict[str, float]:
         """Fig. 4b, 4c: mean distance and mean kernel value (Eq. 1) from the training examples
         to the centres of their neighbour lists (k nearest at the last refresh), this epoch;
-        and the mean spread of the kernel exponents over a list."""
+        and the mean spread of the kernel exponents over a list. With the IVF index, also the
+        recall@k of the lists in use (those of the last refresh) against exact search."""
         total_d, total_k, total_spread, count, lists = self._stats.tolist()
         self._stats.zero_()
+        stats = {} if self._recall is None else {"neighbour_recall": self._recall}
         if not count:
-            return {}
+            return stats
         spread = total_spread / lists
         self._flat = spread if spread < FLAT_SPREAD else None
         return {
             "mean_centre_distance": total_d / count,
             "mean_kernel_value": total_k / count,
             "kernel_exponent_spread": spread,
+            **stats,
         }
 
     def warnings(self) -> list[str]:
-        if self._flat is None:
-            return []
-        return [
-            f"NNGK kernels are flat (exponents of a neighbour list differ by {self._flat:.3g} on "
-            f"average at sigma {self.sigma:g}): the loss can hardly learn; use a smaller --sigma"
-        ]
+        found = []
+        if self._flat is not None:
+            found.append(
+                f"NNGK kernels are flat (exponents of a neighbour list differ by {self._flat:.3g}"
+                f" on average at sigma {self.sigma:g}): the loss can hardly learn; use a smaller"
+                " --sigma"
+            )
+        if self._recall is not None and self._recall < RECALL_WARNING:
+            found.append(
+                f"NNGK neighbour lists from the IVF index have recall@{self.k} {self._recall:.3f}"
+                f" (below {RECALL_WARNING}): raise nprobe (now {self.nprobe}) or use index exact"
+            )
+        return found
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
-from bench.train.loaders import epoch_loader, load_data
+from bench.train.loaders import epoch_loader, load_data, train_loader
 from bench.train.presets import make_configs
 from losses import build_loss
 
@@ -19,7 +19,8 @@ def batch_labels(loss: str, **overrides) -> list[np.ndarray]:
     built = build_loss(
         loss, cfg.loss_params, num_train=len(data.train), num_classes=data.num_train_classes, dims=8
     )
-    return [labels.numpy() for _, labels, _ in epoch_loader(cfg, built, data, seed=0)]
+    loader = epoch_loader(train_loader(cfg, built, data), seed=0)
+    return [labels.numpy() for _, labels, _ in loader]
 
 
 def class_counts(labels: np.ndarray) -> set[int]:

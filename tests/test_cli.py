@@ -289,9 +289,15 @@ def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
 
 def test_speed_benchmark_prints_ratios():
     args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
-    out = cli(*args.split(), "--backbone", "small_cnn")
+    tiny = ["--refresh-images", "40", "--ann-size", "600"]
+    out = cli(*args.split(), "--backbone", "small_cnn", *tiny)
     assert out.exit_code == 0, out.output
     for row in (
+        "faiss ",
+        "NNGK refresh vs one inference pass",
+        "refresh / inference",
+        "approximate (IVF) vs exact bank search",
+        "recall@k",
         "loop / nngk",
         "nngk / softmax",
         "pml / ours",

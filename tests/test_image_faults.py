@@ -8,11 +8,11 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-import bench.data.images as images
+import bench.data.image_cache as images
 from bench.cli import main
-from bench.data.images import build_cache, load_image
+from bench.data.image_cache import build_cache, load_image, sizes_path
 from tests.fixtures.folder import class_image, make_folder
-from tests.test_protocols import FAST
+from tests.test_protocols import FAST, cached
 
 
 def pictures(folder, n=4, size=20):
@@ -69,20 +69,22 @@ def test_a_replaced_image_gets_a_new_cache(tmp_path):
     os.utime(paths[1], ns=(1, 1))
     second = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
     assert second != first
-    assert np.array_equal(np.load(second)[1], load_image(paths[1], None, 8))
+    assert np.array_equal(cached(second, 4)[1], load_image(paths[1], None, 8))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "other shape"])
+@pytest.mark.parametrize("damage", ["truncated", "other shape", "no sizes"])
 def test_a_broken_cache_is_rebuilt(tmp_path, damage, caplog):
     paths = pictures(tmp_path / "img")
     cache = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
-    expected = np.load(cache)
+    expected = cached(cache, 4)
     if damage == "truncated":
         cache.write_bytes(cache.read_bytes()[:300])
+    elif damage == "other shape":
+        np.save(sizes_path(cache), np.full((4, 2), 9))
     else:
-        np.save(cache, np.zeros((4, 9, 9, 3), np.uint8))
+        sizes_path(cache).unlink()
     assert build_cache(paths, None, 8, tmp_path / "cache", workers=1) == cache
-    assert np.array_equal(np.load(cache), expected)
+    assert all(np.array_equal(a, b) for a, b in zip(cached(cache, 4), expected, strict=True))
     assert "rebuilding" in caplog.text
 
 
@@ -108,3 +110,13 @@ def test_parts_of_dead_builds_are_removed_and_live_ones_kept(tmp_path):
     live.write_bytes(b"x")
     build_cache(pictures(tmp_path / "img"), None, 8, cache, workers=1)
     assert not dead.exists() and live.exists()
+
+
+def test_a_build_killed_between_its_two_files_is_never_read_as_whole(tmp_path):
+    """The sizes are renamed into place first: pixels without them fail validation."""
+    paths = pictures(tmp_path / "img")
+    cache = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
+    assert images.valid_cache(cache, 4, 8)
+    cache.unlink()  # as if killed after the sizes' rename
+    assert not images.valid_cache(cache, 4, 8)
+    assert not images.valid_cache(sizes_path(cache), 4, 8)

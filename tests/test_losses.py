@@ -190,6 +190,55 @@ def test_nngk_says_when_k_exceeds_the_training_set(caplog):
     assert caplog.messages == ["NNGK: k=100 exceeds the 9 other training items; using k=9"]
 
 
+def ivf_nngk(nprobe: int, dims: int = 16, n: int = 400, k: int = 10, seed: int = 3):
+    """NNGK with the IVF index refreshed on clustered centres, and their neighbour lists under
+    exact search as plain Python sets (at dims 16, no near-tie at the 10th neighbour: the
+    distances to the 10th and 11th differ by more than 3e-4 of theirs, far above float32's
+    error)."""
+    gen = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 10, (n,), generator=gen)
+    means = torch.randn(10, dims, generator=gen)
+    centres = means[labels] + 0.3 * torch.randn(n, dims, generator=gen)
+    params = {"k": k, "index": "ivf", "nprobe": nprobe}
+    loss = losses.build_loss("nngk", params, num_train=n, dims=dims)
+    loss.refresh(centres, labels)
+    d = torch.cdist(centres.double(), centres.double()).fill_diagonal_(float("inf"))
+    exact = [set(row) for row in d.topk(k, largest=False).indices.tolist()]
+    return loss, exact
+
+
+def test_nngk_ivf_index_probing_every_list_gives_the_exact_lists():
+    loss, exact = ivf_nngk(nprobe=10**6)
+    # Lists without a same-class neighbour would have their last one replaced: there are none.
+    assert [set(row) for row in loss.neighbours.tolist()] == exact
+    assert loss.epoch_stats() == {"neighbour_recall": 1.0} and loss.warnings() == []
+
+
+def test_nngk_ivf_index_with_low_recall_says_so():
+    loss, exact = ivf_nngk(nprobe=1, dims=32)
+    pairs = zip(loss.neighbours.tolist(), exact, strict=True)
+    found = [len(set(row) & e) / len(e) for row, e in pairs]
+    recall = loss.epoch_stats()["neighbour_recall"]
+    assert recall == pytest.approx(sum(found) / len(found), abs=0.01) and recall < 0.95
+    assert loss.warnings() == [
+        f"NNGK neighbour lists from the IVF index have recall@10 {recall:.3f} (below 0.95): "
+        "raise nprobe (now 1) or use index exact"
+    ]
+
+
+def test_nngk_index_choice():
+    from losses.nngk import ANN_MIN_BANK
+
+    def approximate(index: str, num_train: int) -> bool:
+        return NNGKLoss(num_train, 2, k=1, index=index).approximate
+
+    assert not approximate("auto", ANN_MIN_BANK - 1) and approximate("auto", ANN_MIN_BANK)
+    assert approximate("ivf", 10) and not approximate("exact", ANN_MIN_BANK)
+    with pytest.raises(ValueError, match="NNGK index is one of exact, ivf, auto"):
+        NNGKLoss(10, 2, index="hnsw")
+    assert make_nngk()[0].epoch_stats() == {}  # exact lists: no recall to report
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
     loss, centres, centre_labels = make_nngk(dtype)

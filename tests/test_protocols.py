@@ -4,11 +4,14 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from PIL import Image
 
-import bench.data.images as images
+import bench.data.image_cache as image_cache
 from bench.cli import main
+from bench.data.crops import IMAGENET_MEAN, IMAGENET_STD, Crops
 from bench.data.datasets import boxes_for, image_splits, read_table
-from bench.data.images import CachedImages, build_cache, eval_transform, load_image, train_transform
+from bench.data.image_cache import build_cache, load_image, sizes_path
+from bench.data.images import CachedImages
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102
@@ -98,46 +101,75 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path, mode):
     assert (loaded[..., 0] == loaded[..., 2]).all()  # grey in every channel
 
 
-def test_image_cache_decodes_once_and_matches_direct_loading(cars, tmp_path, monkeypatch):
+def cached(cache, n: int) -> list[np.ndarray]:
+    """Every image of a cache of n images, as (h, w, 3) uint8 arrays."""
+    data = CachedImages(cache, np.arange(n), np.zeros(n), None)
+    return [data.image(i) for i in range(n)]
+
+
+def test_image_cache_decodes_once_and_keeps_the_aspect_ratio(cars, tmp_path, monkeypatch):
     table = read_cars196(cars).head(5)
     paths = table["path"].tolist()
     boxes = boxes_for(table.assign(split="x"), "classify")
     cache = build_cache(paths, boxes, 16, tmp_path / "cache", workers=1)
-    array = np.load(cache)
-    assert array.shape == (5, 16, 16, 3) and array.dtype == np.uint8
-    assert np.array_equal(array[2], load_image(paths[2], boxes[2], 16))
-    assert not np.array_equal(array[2], load_image(paths[2], None, 16))  # the box was applied
+    for path, box, pixels in zip(paths, boxes, cached(cache, 5), strict=True):
+        assert pixels.dtype == np.uint8 and min(pixels.shape[:2]) == 16
+        assert np.array_equal(pixels, load_image(path, box, 16))
+        x1, y1, x2, y2 = image_cache.box_region(Image.open(path).size, box)
+        assert abs(pixels.shape[1] / pixels.shape[0] - (x2 - x1) / (y2 - y1)) < 1 / 16 * 2
+    unboxed = load_image(paths[2], None, 16)  # the box was applied
+    assert unboxed.shape != cached(cache, 5)[2].shape
     calls = []
-    monkeypatch.setattr(images, "load_image", lambda *a: calls.append(a))
+    monkeypatch.setattr(image_cache, "load_image", lambda *a: calls.append(a))
     assert build_cache(paths, boxes, 16, tmp_path / "cache") == cache
     assert calls == []
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cache.name]
-    assert images.cache_key(paths, boxes, 8) != images.cache_key(paths, boxes, 16)
-    assert images.cache_key(paths, None, 16) != images.cache_key(paths, boxes, 16)
+    names = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert names == sorted([cache.name, sizes_path(cache).name])
+    assert image_cache.cache_key(paths, boxes, 8) != image_cache.cache_key(paths, boxes, 16)
+    assert image_cache.cache_key(paths, None, 16) != image_cache.cache_key(paths, boxes, 16)
 
 
-def test_cached_images_apply_train_and_eval_transforms(cars, tmp_path):
+def normalised(pixels: np.ndarray) -> torch.Tensor:
+    x = torch.from_numpy(np.ascontiguousarray(pixels)).permute(2, 0, 1).float() / 255
+    mean, std = (
+        torch.tensor(IMAGENET_MEAN)[:, None, None],
+        torch.tensor(IMAGENET_STD)[:, None, None],
+    )
+    return (x - mean) / std
+
+
+def test_cached_images_are_cropped_a_batch_at_a_time(cars, tmp_path):
     table = read_cars196(cars).head(4)
     cache = build_cache(table["path"].tolist(), None, 16, tmp_path, workers=1)
     labels = np.array([7, 7, 8, 8])
-    train = CachedImages(cache, np.arange(4), labels, train_transform(12))
-    test = CachedImages(cache, np.arange(4), labels, eval_transform(12))
-    x, y, i = test[2]
-    assert x.shape == (3, 12, 12) and x.dtype == torch.float32 and (y, i) == (8, 2)
-    assert torch.equal(test[2][0], x)
-    torch.manual_seed(0)
-    assert any(not torch.equal(train[2][0], x) for _ in range(10))
-    raw = torch.from_numpy(np.load(cache)[2, 2:14, 2:14]).permute(2, 0, 1).float() / 255
-    mean = torch.tensor(images.IMAGENET_MEAN)[:, None, None]
-    std = torch.tensor(images.IMAGENET_STD)[:, None, None]
-    assert torch.allclose(x, (raw - mean) / std, atol=1e-6)
+    test = CachedImages(cache, np.arange(4), labels, Crops(12, 16, "aspect"))
+    pixels, y, i = test[2]
+    assert pixels.dtype == torch.uint8 and pixels.shape[0] == 3 and (y, i) == (8, 2)
+    batch, ys, idx = test.collate([test[2], test[0]])
+    assert ys.tolist() == [8, 7] and idx.tolist() == [2, 0]
+    x = test.prepare(batch)
+    assert x.shape == (2, 3, 12, 12) and x.dtype == torch.float32
+    for out, row in zip(x, (2, 0), strict=True):  # the centre crop, pixels unchanged
+        raw = test.image(row)
+        y0, x0 = round((raw.shape[0] - 12) / 2), round((raw.shape[1] - 12) / 2)
+        assert torch.allclose(out, normalised(raw[y0 : y0 + 12, x0 : x0 + 12]), atol=1e-5)
+    train = CachedImages(cache, np.arange(4), labels, Crops(12, 16, "aspect", train=True))
+    gen = torch.Generator().manual_seed(0)
+    first = train.prepare(batch, gen)
+    assert first.shape == x.shape and not torch.equal(first, train.prepare(batch, gen))
+    assert torch.equal(first, train.prepare(batch, torch.Generator().manual_seed(0)))
 
 
-def test_raw_inputs_of_cached_images_are_their_pixels_area_averaged(cars, tmp_path):
-    table = read_cars196(cars).head(3)
-    cache = build_cache(table["path"].tolist(), None, 16, tmp_path, workers=1)
-    pixels = np.load(cache)[[2, 0]].astype(np.float64) / 255  # (2, 16, 16, 3)
-    data = CachedImages(cache, np.array([2, 0]), np.array([1, 0]), eval_transform(12))
+def test_raw_inputs_of_cached_images_are_their_pixels_area_averaged(tmp_path):
+    from tests.fixtures.folder import class_image
+
+    paths = []
+    for i in range(3):
+        paths.append(str(tmp_path / f"{i}.png"))
+        class_image(i, i, 16).save(paths[-1])
+    cache = build_cache(paths, None, 16, tmp_path / "cache", workers=1)
+    pixels = np.stack(cached(cache, 3))[[2, 0]].astype(np.float64) / 255  # (2, 16, 16, 3)
+    data = CachedImages(cache, np.array([2, 0]), np.array([1, 0]), Crops(12, 16))
     assert np.allclose(data.inputs(side=16), pixels.transpose(0, 3, 1, 2).reshape(2, -1))
     blocks = pixels.reshape(2, 4, 4, 4, 4, 3).mean(axis=(2, 4))  # 4x4 blocks -> 4x4 pixels
     assert np.allclose(data.inputs(side=4), blocks.transpose(0, 3, 1, 2).reshape(2, -1))
@@ -282,10 +314,10 @@ def test_classify_protocol_reports_test_accuracy(loss, tmp_path, monkeypatch):
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_accuracy" in history and "val_nll" in history
     # CUB is cropped to its boxes under this protocol: the cache holds the cropped images.
-    (cache,) = (tmp_path / "cache").glob("images-20-*.npy")
+    (cache,) = (tmp_path / "cache").glob("images-20-*[0-9a-f].npy")
     table = read_cub(root)
     first = load_image(table.loc[0, "path"], boxes_for(table, "classify")[0], 20)
-    assert np.array_equal(np.load(cache)[0], first)
+    assert np.array_equal(cached(cache, len(table))[0], first)
 
 
 def test_classify_protocol_on_digits_uses_every_class(tmp_path):

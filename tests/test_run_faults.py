@@ -48,9 +48,9 @@ def nan_at(monkeypatch):
     seen = {"epoch": 0, "step": 0}
     real_loader, real_forward = trainer.epoch_loader, SoftmaxLoss.forward
 
-    def loader(cfg, loss, data, seed, *ranks):
+    def loader(batches, seed):
         seen["epoch"], seen["step"] = seen["epoch"] + 1, 0
-        return real_loader(cfg, loss, data, seed, *ranks)
+        return real_loader(batches, seed)
 
     def forward(self, embeddings, labels, indices=None):
         seen["step"] += 1

@@ -34,3 +34,37 @@ def test_the_loader_benchmark_reads_a_data_sets_images(tmp_path):
     root = make_folder(tmp_path, classes=3, per_class=4)
     paths = loader_paths(f"folder:{root}", None, 5, tmp_path)
     assert len(paths) == 5 and all(p.startswith(str(root)) for p in paths)
+
+
+def test_the_refresh_benchmark_times_an_nngk_refresh_and_an_inference_pass():
+    from bench.speed.refresh import refresh_benchmark
+
+    (row,) = refresh_benchmark(images=45, k=100)
+    assert (row["images"], row["k"], row["index"]) == (45, 44, "exact")
+    assert row["refresh / inference"] == row["refresh_s"] / row["inference_s"] > 0
+
+
+def test_the_bank_search_benchmark_compares_ivf_lists_with_exact_ones():
+    from bench.speed.refresh import ann_benchmark, bank_embeddings
+    from bench.util.knn import ivf_knn, knn
+
+    (row,) = ann_benchmark(n=800, dims=8, k=10, nprobe=2)
+    _, exact = knn(bank_embeddings(800, 8), 10)
+    _, found = ivf_knn(bank_embeddings(800, 8), 10, nprobe=2)
+    share = sum(len(set(f) & set(e)) for f, e in zip(found.tolist(), exact.tolist(), strict=True))
+    assert (row["items"], row["k"], row["nlist"]) == (800, 10, 20)
+    assert row["recall@k"] == share / exact.size and row["exact_s"] > 0 and row["ivf_s"] > 0
+
+
+def test_a_large_banks_exact_time_is_scaled_from_a_sample_of_queries(monkeypatch):
+    import bench.speed.refresh as refresh
+    from bench.util.knn import ivf_knn, knn
+
+    monkeypatch.setattr(refresh, "EXACT_ALL_UP_TO", 500)
+    (row,) = refresh.ann_benchmark(n=800, dims=8, k=10, nprobe=2, sample=800)
+    _, exact = knn(refresh.bank_embeddings(800, 8), 10)
+    _, found = ivf_knn(refresh.bank_embeddings(800, 8), 10, nprobe=2)
+    share = sum(len(set(f) & set(e)) for f, e in zip(found.tolist(), exact.tolist(), strict=True))
+    assert row["exact queries"] == "800, scaled" and row["recall@k"] == share / exact.size
+    (half,) = refresh.ann_benchmark(n=800, dims=8, k=10, nprobe=2, sample=400)
+    assert half["exact queries"] == "400, scaled" and 0 < half["recall@k"] <= 1

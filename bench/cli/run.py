@@ -24,19 +24,13 @@ from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone
 from bench.train.presets import PRESETS, make_configs
 
 
-def loss_params_from(loss: str, miner, sigma, k, update_interval, margin, fixed_weights) -> dict:
-    """The loss parameters given on the command line, checked against what the loss takes."""
+def loss_params_from(loss: str, fixed_weights: bool = False, **options) -> dict:
+    """The loss parameters given on the command line (`options`: miner, sigma, k, ...; None
+    where not given), checked against what the loss takes."""
     from losses import loss_defaults
     from miners import MINERS
 
-    given = {
-        "learn_weights": False if fixed_weights else None,
-        "miner": miner,
-        "sigma": sigma,
-        "k": k,
-        "update_interval": update_interval,
-        "margin": margin,
-    }
+    given = {"learn_weights": False if fixed_weights else None, **options}
     given = {name: value for name, value in given.items() if value is not None}
     defaults = loss_defaults(loss)
     for name in given:
@@ -98,6 +92,14 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
 @click.option(
     "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
 )
+@click.option(
+    "--index",
+    type=click.Choice(["auto", "exact", "ivf"]),
+    default=None,
+    help="NNGK neighbour search at refresh: exact, approximate (IVF, its recall logged), or "
+    "auto (IVF from 100,000 training items). Default: auto.",
+)
+@click.option("--nprobe", type=POSITIVE, default=None, help="NNGK IVF lists probed (default 16).")
 @click.option("--margin", type=NON_NEGATIVE, default=None, help="Triplet margin.")
 @click.option(
     "--triplet-form",
@@ -114,8 +116,17 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     default=None,
     help="fc: a linear layer after the backbone; gap: its global average pooling.",
 )
-@click.option("--resize", type=POSITIVE, default=None, help="Images are resized to this square.")
+@click.option(
+    "--resize", type=POSITIVE, default=None, help="Images' size (the shorter side) before crops."
+)
 @click.option("--crop", type=POSITIVE, default=None, help="Random (train) / centre (eval) crop.")
+@click.option(
+    "--crop-mode",
+    type=click.Choice(["squash", "aspect"]),
+    default=None,
+    help="squash (the papers'): images stretched to resize x resize, random crops; aspect: "
+    "aspect ratio kept, random-resized crops. Default: squash.",
+)
 @click.option(
     "--workers",
     type=click.IntRange(min=0),
@@ -170,6 +181,8 @@ def run(
     sigma,
     k,
     update_interval,
+    index,
+    nprobe,
     margin,
     triplet_form,
     backbone,
@@ -177,6 +190,7 @@ def run(
     embedding,
     resize,
     crop,
+    crop_mode,
     workers,
     fixed_weights,
     freeze_backbone,
@@ -199,7 +213,17 @@ def run(
         loss = "triplet-nca"
     try:
         check_choices(loss, dataset, backbone)
-        params = loss_params_from(loss, miner, sigma, k, update_interval, margin, fixed_weights)
+        params = loss_params_from(
+            loss,
+            fixed_weights,
+            miner=miner,
+            sigma=sigma,
+            k=k,
+            update_interval=update_interval,
+            margin=margin,
+            index=index,
+            nprobe=nprobe,
+        )
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     dims_list = parse_ints(dims, "--dims")
@@ -218,6 +242,7 @@ def run(
         embedding=embedding,
         resize=resize,
         crop=crop,
+        crop_mode=crop_mode,
         workers=workers,
         freeze_backbone=freeze_backbone or None,
         train_per_class=train_per_class,

@@ -25,27 +25,50 @@ import click
 @click.option(
     "--eval-sizes", default="10000,50000", show_default=True, help="Items of the evaluator runs."
 )
+@click.option(
+    "--refresh-images",
+    default=3000,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Glyphs of the NNGK refresh benchmark.",
+)
+@click.option(
+    "--ann-size",
+    default=50_000,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Bank of the approximate (IVF) vs exact search benchmark (e.g. 1000000 on a GPU).",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
-    batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes, device,
-    threads,
+    batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
+    refresh_images, ann_size, device, threads,
 ):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
-    step, our lifted structure loss against PML's; with --loader, the image cache against
-    decoding every epoch, both against the model's training speed."""
+    step, the NNGK refresh against an inference pass, approximate (IVF) against exact bank
+    search, our lifted structure loss against PML's; with --loader, the input pipeline (cache,
+    crops on the device) against decoding every epoch, both against the model's training."""
     import os
     import tempfile
 
     import torch
 
     from bench.cli.options import parse_ints
-    from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark, loader_benchmark
+    from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
+    from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
+    from bench.speed.refresh import ann_benchmark, refresh_benchmark
 
     torch.set_num_threads(threads or os.cpu_count() or 1)
-    click.echo(f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}")
+    click.echo(
+        f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
+        f"{faiss_text()}"
+    )
     show("NNGK step (forward + backward)", nngk_step_benchmark(batch=batch, device=device))
+    refresh = refresh_benchmark(refresh_images, device=device)
+    show("NNGK refresh vs one inference pass (untrained network)", refresh)
+    show(f"approximate (IVF) vs exact bank search ({faiss_text()})", ann_benchmark(ann_size))
     show("lifted structure: PML / ours", lifted_benchmark(batch=batch))
     sizes = parse_ints(eval_sizes, "--eval-sizes")
     show("evaluator (R@1, MAP@R, NMI): PML / ours", evaluator_benchmark(sizes))
@@ -55,7 +78,8 @@ def speed(
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
     try:
         paths = loader_paths(loader_dataset, data_root, images, tmp)
-        result = loader_benchmark(paths, resize, crop, backbone, tmp / "cache", workers)
+        cache = tmp / "cache"
+        result = loader_benchmark(paths, resize, crop, backbone, cache, workers, device, batch)
         show("loader", [{"loader": k, "value": v} for k, v in result.items()])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -67,9 +91,17 @@ def show(title: str, rows: list[dict]) -> None:
     click.echo(f"\n{title}\n" + tabulate(rows, headers="keys", floatfmt=".4g", tablefmt="github"))
 
 
+def faiss_text() -> str:
+    import faiss
+
+    from bench.util.knn import uses_gpu
+
+    return f"faiss {faiss.__version__} on the {'GPU' if uses_gpu() else 'CPU'}"
+
+
 def loader_paths(dataset: str, data_root: str | None, images: int, tmp: Path) -> list[str]:
     """`images` image files: synthetic JPEGs, or the first of a data set's table."""
-    from bench.speed.benchmarks import synthetic_jpegs
+    from bench.speed.loader import synthetic_jpegs
 
     if dataset == "synthetic":
         return synthetic_jpegs(tmp / "jpegs", count=images)

@@ -13,9 +13,11 @@ import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import Dataset
 
+from bench.data.crops import Crops
 from bench.data.feature_files import load_feature_file
 from bench.data.glyphs import GlyphSpec, is_glyphs, load_glyphs
-from bench.data.images import CachedImages, build_cache, eval_transform, train_transform
+from bench.data.image_cache import build_cache
+from bench.data.images import CachedImages
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
@@ -176,8 +178,10 @@ def image_splits(
     pad: int = 0,
     train_per_class: int = 0,
     val_split: str = "images",
+    crop_mode: str = "squash",
 ) -> DataSplits:
-    """An image data set under a protocol: decoded once into the cache, then transformed."""
+    """An image data set under a protocol: decoded once into the cache, then cropped a batch
+    at a time (`bench.data.crops`)."""
     table, root = read_table(name, data_root or default_data_root())
     if "source" in table and protocol == "classify":  # Leafsnap: the field images only
         table = table[table["source"] == "field"].reset_index(drop=True)
@@ -186,10 +190,11 @@ def image_splits(
         table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
     )
     labels = contiguous(table["label"].to_numpy())
-    train_tf, eval_tf = train_transform(crop, pad=pad), eval_transform(crop)
+    eval_tf = Crops(crop, resize, crop_mode)
+    train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad)
 
-    def part(rows: np.ndarray, transform) -> CachedImages:
-        return CachedImages(cache, rows, labels[rows], transform)
+    def part(rows: np.ndarray, crops: Crops) -> CachedImages:
+        return CachedImages(cache, rows, labels[rows], crops)
 
     names = table.drop_duplicates("label").sort_values("label")["class_name"]
     return DataSplits(

@@ -16,7 +16,7 @@ import pandas as pd
 
 from bench.data.datasets import default_data_root, read_table
 from bench.data.glyphs import is_glyphs
-from bench.data.images import file_stats
+from bench.data.image_cache import file_stats
 from bench.data.names import FEATURES_PREFIX
 
 TABLE_COLUMNS = ("path", "label", "split", "x1", "y1", "x2", "y2")

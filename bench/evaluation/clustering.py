@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
 
-from bench.util.knn import _as_float32
+from bench.util.knn import kmeans_assign
 
 
 def nmi(embeddings: np.ndarray, labels: np.ndarray) -> float:
@@ -32,8 +31,5 @@ def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo
 
 def kmeans_nmi(embeddings: np.ndarray, labels: np.ndarray, **kmeans_options) -> float:
     """NMI of faiss k-means clusters (as many as classes) with the labels."""
-    x = _as_float32(embeddings)
-    kmeans = faiss.Kmeans(x.shape[1], len(np.unique(labels)), verbose=False, **kmeans_options)
-    kmeans.train(x)
-    _, assignment = kmeans.index.search(x, 1)
-    return float(normalized_mutual_info_score(labels, assignment[:, 0]))
+    assignment = kmeans_assign(embeddings, len(np.unique(labels)), **kmeans_options)
+    return float(normalized_mutual_info_score(labels, assignment))

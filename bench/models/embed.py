@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
+
+from bench.util.batches import split_loader, to_inputs
 
 
 @torch.no_grad()
@@ -20,8 +22,8 @@ def embed(
     """Embeddings (or the backbone's `features`) of a whole split in eval mode, in order."""
     model.eval()
     forward = model.features if features else model
-    loader = DataLoader(dataset, batch_size=256, shuffle=False, num_workers=workers)
-    out = [forward(x.to(device)).float().cpu() for x, _, _ in loader]
+    loader = split_loader(dataset, device, workers, batch_size=256, shuffle=False)
+    out = [forward(to_inputs(dataset, x, device)).float().cpu() for x, _, _ in loader]
     emb = torch.cat(out)
     if normalize:
         emb = F.normalize(emb, dim=1)

@@ -20,6 +20,7 @@ HASHED_IF_SET = {
     "data_location": "",
     "data_fingerprint": "",
     "tuned": "",
+    "crop_mode": "squash",
 }
 
 
@@ -48,6 +49,7 @@ class RunConfig:
     resize: int = 256
     crop: int = 224
     pad: int = 0
+    crop_mode: str = "squash"  # or "aspect": aspect ratio kept, random-resized crops (crops.py)
     seed: int = 0
     preset: str = ""
     data_root: str = ""

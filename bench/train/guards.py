@@ -4,6 +4,7 @@ seeds and their one-line summaries."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from bench.data.datasets import DataSplits
 from bench.runs.config import RunConfig
@@ -16,6 +17,39 @@ class Diverged(ValueError):
         self.epoch, self.step, self.value = epoch, step, value
         where = f"step {step}" if isinstance(step, int) else step
         super().__init__(f"epoch {epoch}, {where} (loss {value})")
+
+
+class StepLosses:
+    """The training loss of every step of an epoch, kept where it was computed and read every
+    `every` steps, so that a GPU does not wait for the host at each step (on a CPU, `every` = 1
+    costs nothing). The first non-finite one stops training (`Diverged`) naming its step; when
+    `every` > 1 the few steps after it have already been taken, which does no harm: the run
+    keeps the weights of its best finished epoch."""
+
+    def __init__(self, epoch: int, every: int = 1):
+        self.epoch, self.every = epoch, every
+        self.pending: list[torch.Tensor] = []
+        self.total, self.count = 0.0, 0
+
+    def add(self, value: torch.Tensor) -> None:
+        self.pending.append(value.detach().reshape(()))
+        if len(self.pending) >= self.every:
+            self.check()
+
+    def check(self) -> None:
+        if not self.pending:
+            return
+        values = torch.stack(self.pending).double().cpu().numpy()
+        bad = np.flatnonzero(~np.isfinite(values))
+        if len(bad):
+            raise Diverged(self.epoch, self.count + int(bad[0]) + 1, float(values[bad[0]]))
+        self.total += float(values.sum())
+        self.count += len(values)
+        self.pending = []
+
+    def mean(self) -> float:
+        self.check()
+        return self.total / max(self.count, 1)
 
 
 class DivergedAtStart(ValueError):

@@ -13,7 +13,10 @@ from bench.data.datasets import DataSplits, load_dataset
 from bench.data.identity import data_identity
 from bench.runs.config import RunConfig
 from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices
+from bench.util.batches import split_loader
 from losses import BenchLoss
+
+CPU = torch.device("cpu")
 
 
 def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
@@ -42,28 +45,59 @@ def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
     return f"{cfg.batch_size // m} classes x {m}"
 
 
-def epoch_loader(
-    cfg: RunConfig, loss: BenchLoss, data: DataSplits, seed: int, ranks: Ranks = ONE_PROCESS
+class EpochBatches:
+    """The training batches of an epoch, drawn afresh from the epoch's seed alone (a resumed
+    run sees the same batches); with several processes, this one's slice of each batch. One
+    object serves every epoch, so that a loader (and its workers) lasts the whole run."""
+
+    def __init__(self, cfg: RunConfig, loss: BenchLoss, data: DataSplits, ranks: Ranks):
+        self.labels = np.asarray(data.train.labels)
+        if cfg.batch_size > len(self.labels):  # drop_last would leave no batch at all
+            raise ValueError(
+                f"batch size {cfg.batch_size} exceeds the {len(self.labels)} training items of "
+                f"{cfg.dataset}; give a smaller --batch-size"
+            )
+        self.batch_size, self.ranks = cfg.batch_size, ranks
+        self.m = per_class(cfg, self.labels) if loss.class_balanced else 0
+        self.seed = 0
+        if ranks.world > 1:  # a batch that cannot be split: the error now, not in epoch 1
+            RankSlices(BatchSampler(range(0), self.batch_size, drop_last=True), ranks)
+
+    def set_epoch(self, seed: int) -> None:
+        self.seed = seed
+
+    def __iter__(self):
+        if self.m:  # A new sampler each epoch: MPerClassSampler shuffles its labels in place.
+            n = len(self.labels)
+            sampler = MPerClassSampler(
+                self.labels, self.m, self.batch_size, length_before_new_iter=n
+            )
+        else:
+            gen = torch.Generator().manual_seed(self.seed)
+            sampler = RandomSampler(range(len(self.labels)), generator=gen)
+        batches = BatchSampler(sampler, self.batch_size, drop_last=True)
+        return iter(RankSlices(batches, self.ranks) if self.ranks.world > 1 else batches)
+
+    def __len__(self) -> int:
+        return len(self.labels) // self.batch_size
+
+
+def train_loader(
+    cfg: RunConfig,
+    loss: BenchLoss,
+    data: DataSplits,
+    device: torch.device = CPU,
+    ranks: Ranks = ONE_PROCESS,
 ) -> DataLoader:
-    """A fresh loader per epoch, seeded by the epoch, so a resumed run sees the same batches;
-    with several processes, this one's slice of each batch."""
-    labels = np.asarray(data.train.labels)
-    if cfg.batch_size > len(labels):  # drop_last would leave no batch at all
-        raise ValueError(
-            f"batch size {cfg.batch_size} exceeds the {len(labels)} training items of "
-            f"{cfg.dataset}; give a smaller --batch-size"
-        )
-    if loss.class_balanced:
-        m = per_class(cfg, labels)
-        # A new sampler each epoch: MPerClassSampler shuffles its label list in place.
-        sampler = MPerClassSampler(labels, m, cfg.batch_size, length_before_new_iter=len(labels))
-    else:
-        gen = torch.Generator().manual_seed(seed)
-        sampler = RandomSampler(data.train, generator=gen)
-    batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
-    if ranks.world > 1:
-        batches = RankSlices(batches, ranks)
-    return DataLoader(data.train, batch_sampler=batches, num_workers=cfg.workers)
+    """The loader of a run's training batches, for every epoch (see `epoch_loader`)."""
+    batches = EpochBatches(cfg, loss, data, ranks)
+    return split_loader(data.train, device, cfg.workers, batch_sampler=batches)
+
+
+def epoch_loader(loader: DataLoader, seed: int) -> DataLoader:
+    """The run's loader set to draw the batches of the epoch with this seed."""
+    loader.batch_sampler.set_epoch(seed)
+    return loader
 
 
 def load_data(cfg: RunConfig) -> DataSplits:
@@ -75,6 +109,7 @@ def load_data(cfg: RunConfig) -> DataSplits:
         resize=cfg.resize,
         crop=cfg.crop,
         pad=cfg.pad,
+        crop_mode=cfg.crop_mode,
         train_per_class=cfg.train_per_class,
         val_split=cfg.val_split,
     )

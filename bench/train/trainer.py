@@ -30,22 +30,31 @@ from bench.train.distributed import (
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
+    StepLosses,
     check_validation,
     epoch_seed,
     epoch_summary,
 )
-from bench.train.loaders import epoch_loader, input_size, load_data, sampler_text
+from bench.train.loaders import (
+    epoch_loader,
+    input_size,
+    load_data,
+    sampler_text,
+    train_loader,
+)
 from bench.util.atomic import (
     atomic_save_npz,
     atomic_torch_save,
     atomic_write_json,
     atomic_write_text,
 )
+from bench.util.batches import to_inputs
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 from losses import build_loss, loss_defaults
 
 SELECT_BY = "map@r"  # validation metric that picks the checkpoint
+SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
 
 
 class Trainer:
@@ -59,6 +68,7 @@ class Trainer:
         self.device = device or default_device()
         self.ranks = ranks_from_env(self.device)
         self.device = local_device(self.device)
+        self.loader = None  # the training batches' loader, made at the first epoch
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
@@ -117,28 +127,28 @@ class Trainer:
             self.loss.load_state_dict(share_from_main(state, self.ranks))
 
     def train_epoch(self, epoch: int) -> float:
-        loader = epoch_loader(
-            self.cfg, self.loss, self.data, epoch_seed(self.cfg, epoch), self.ranks
-        )
+        seed = epoch_seed(self.cfg, epoch)
+        if self.loader is None:  # one loader for the run: its workers last every epoch
+            self.loader = train_loader(self.cfg, self.loss, self.data, self.device, self.ranks)
+        loader = epoch_loader(self.loader, seed)
+        # The crops' randomness, on the device that makes them; each process its own.
+        crops = torch.Generator(self.device).manual_seed(seed * 1_000 + self.ranks.rank)
         self.model.train()
         if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
             self.model.backbone.eval()
-        total, count = 0.0, 0
+        losses = StepLosses(epoch + 1, every=1 if self.device.type == "cpu" else SYNC_EVERY)
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
-        for step, (x, y, idx) in enumerate(bar, start=1):
-            x, y, idx = x.to(self.device), y.to(self.device), idx.to(self.device)
+        for x, y, idx in bar:
+            x = to_inputs(self.data.train, x, self.device, crops)
+            y, idx = y.to(self.device, non_blocking=True), idx.to(self.device, non_blocking=True)
             emb, y, idx = gather_batch(self.train_model(x), y, idx, self.ranks)
             value = self.loss(emb, y, idx if self.loss.needs_indices else None)
-            step_loss = float(value.detach())
-            if not np.isfinite(step_loss):  # stop before the step spoils the weights
-                raise Diverged(epoch + 1, step, step_loss)
+            losses.add(value)  # stops before the step spoils the weights (on a CPU)
             self.optimizer.zero_grad(set_to_none=True)
             if value.requires_grad:
                 value.backward()
                 self.optimizer.step()
-            total += step_loss
-            count += 1
-        return total / max(count, 1)
+        return losses.mean()
 
     def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
         emb, labels = embed(

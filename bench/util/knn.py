@@ -1,21 +1,71 @@
-"""Exact k-nearest-neighbour search (faiss): the one search every part of the harness uses."""
+"""k-nearest-neighbour search and k-means (faiss): the one place the harness makes faiss indexes.
+
+Exact search is a flat squared-L2 index; `approximate_knn` is an IVF-Flat index with its recall
+measured against exact search. Both, and k-means, run on the GPU when faiss has GPU support and
+sees a GPU (unless NNGK_FAISS_GPU=0), on the CPU otherwise.
+"""
 
 from __future__ import annotations
 
+import math
+import os
+
 import faiss
 import numpy as np
+
+GPU_ENV = "NNGK_FAISS_GPU"
+# faiss's GPU k-selection handles at most this many results per query, and as many IVF probes.
+GPU_MAX_K = 2048
+MIN_POINTS_PER_LIST = 39  # faiss warns when k-means has fewer training points per centroid
+MAX_POINTS_PER_LIST = 256  # and samples down to this many itself: we sample first, seeded
+
+_gpu_resources = None
 
 
 def _as_float32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=np.float32))
 
 
+def uses_gpu() -> bool:
+    """Whether faiss searches and clusters on a GPU: it has GPU support, sees a GPU, and
+    NNGK_FAISS_GPU is not 0."""
+    if os.environ.get(GPU_ENV, "1").strip() == "0":
+        return False
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _to_gpu(index: faiss.Index) -> faiss.Index:
+    """The index on the first visible GPU, with one set of GPU resources for the process."""
+    global _gpu_resources
+    if _gpu_resources is None:
+        _gpu_resources = faiss.StandardGpuResources()
+    return faiss.index_cpu_to_gpu(_gpu_resources, 0, index)
+
+
+def _on_device(index: faiss.Index, k: int) -> faiss.Index:
+    # A search for more than GPU_MAX_K results fails on the GPU: it stays on the CPU.
+    return _to_gpu(index) if uses_gpu() and k <= GPU_MAX_K else index
+
+
 def search(base: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact (flat) squared-L2 k nearest rows of `base` for every query: (distances, indices)."""
     base = _as_float32(base)
-    index = faiss.IndexFlatL2(base.shape[1])
+    k = min(k, len(base))
+    index = _on_device(faiss.IndexFlatL2(base.shape[1]), k)
     index.add(base)
-    return index.search(_as_float32(queries), min(k, len(base)))
+    return index.search(_as_float32(queries), k)
+
+
+def _drop_self(
+    dist: np.ndarray, idx: np.ndarray, rows: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """k of the k + 1 results of each query, without the query itself (base row `rows[i]`)."""
+    is_self = idx == rows[:, None]
+    # Rows where ties pushed the query out of its own top k+1 drop their last neighbour instead.
+    missing = ~is_self.any(axis=1)
+    is_self[missing, -1] = True
+    keep = ~is_self
+    return dist[keep].reshape(len(rows), k), idx[keep].reshape(len(rows), k)
 
 
 def knn(embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -25,12 +75,93 @@ def knn(embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     still count as neighbours. Returns (distances, indices), each of shape (N, k).
     """
     x = _as_float32(embeddings)
+    k = min(k, len(x) - 1)
+    return _drop_self(*search(x, x, k + 1), np.arange(len(x)), k)
+
+
+def default_nlist(n: int) -> int:
+    """About 4 sqrt(N) inverted lists, at most one per MIN_POINTS_PER_LIST points."""
+    return max(1, min(round(4 * math.sqrt(n)), n // MIN_POINTS_PER_LIST))
+
+
+def _ivf_index(x: np.ndarray, nlist: int, nprobe: int, k: int, seed: int) -> faiss.Index:
+    """An IVF-Flat index of x, trained on a seeded sample of at most 256 points per list."""
+    index = faiss.IndexIVFFlat(faiss.IndexFlatL2(x.shape[1]), x.shape[1], nlist)
+    gpu = uses_gpu() and k <= GPU_MAX_K
+    if gpu:
+        index = _to_gpu(index)
+        nprobe = min(nprobe, GPU_MAX_K)
+    rng = np.random.default_rng(seed)
+    sample = min(len(x), MAX_POINTS_PER_LIST * nlist)
+    index.train(x[np.sort(rng.choice(len(x), sample, replace=False))])
+    index.add(x)
+    space = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
+    space.set_index_parameter(index, "nprobe", min(nprobe, nlist))
+    return index
+
+
+def ivf_knn(
+    embeddings: np.ndarray, k: int, nlist: int | None = None, nprobe: int = 16, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """`knn` through an IVF-Flat index probing `nprobe` of its `nlist` lists (default:
+    `default_nlist`): approximate unless nprobe >= nlist. Same self-exclusion, same shapes."""
+    x = _as_float32(embeddings)
     n = len(x)
     k = min(k, n - 1)
-    dist, idx = search(x, x, k + 1)
-    is_self = idx == np.arange(n)[:, None]
-    # Rows where ties pushed the query out of its own top k+1 drop their last neighbour instead.
-    missing = ~is_self.any(axis=1)
-    is_self[missing, -1] = True
-    keep = ~is_self
-    return dist[keep].reshape(n, k), idx[keep].reshape(n, k)
+    nlist = default_nlist(n) if nlist is None else nlist
+    if not 1 <= nlist <= n or nprobe < 1:
+        raise ValueError(f"IVF search needs 1 <= nlist <= {n}, nprobe >= 1; got {nlist}, {nprobe}")
+    dist, idx = _ivf_index(x, nlist, nprobe, k + 1, seed).search(x, k + 1)
+    # A query whose probed lists hold fewer than k + 1 points is padded with -1: search it exactly.
+    short = (idx < 0).any(axis=1)
+    if short.any():
+        dist[short], idx[short] = search(x, x[short], k + 1)
+    return _drop_self(dist, idx, np.arange(n), k)
+
+
+def recall_at_k(found: np.ndarray, exact: np.ndarray) -> float:
+    """Mean share of each row of `exact` (N, k) that the same row of `found` (N, k) holds."""
+    # Ids offset by row * (largest id + 1) are unique across rows: one isin checks every row.
+    offset = np.arange(len(exact))[:, None] * (int(max(found.max(), exact.max())) + 1)
+    return float(np.isin(found + offset, exact + offset).mean())
+
+
+def knn_recall(
+    embeddings: np.ndarray, indices: np.ndarray, sample: int = 1000, seed: int = 0
+) -> float:
+    """Mean recall@k of neighbour lists (N, k) of the rows of `embeddings` (self excluded)
+    against exact search, over a seeded random sample of rows (nan for an empty sample)."""
+    x = _as_float32(embeddings)
+    n, k = indices.shape
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(sample, n), replace=False))
+    if not len(rows):
+        return float("nan")
+    _, exact = _drop_self(*search(x, x[rows], k + 1), rows, k)
+    return recall_at_k(indices[rows], exact)
+
+
+def approximate_knn(
+    embeddings: np.ndarray,
+    k: int,
+    nlist: int | None = None,
+    nprobe: int = 16,
+    recall_sample: int = 1000,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """`ivf_knn`'s (distances, indices) and their recall@k against exact search, measured on
+    `recall_sample` random rows (each searched exactly against all rows)."""
+    dist, idx = ivf_knn(embeddings, k, nlist, nprobe, seed)
+    return dist, idx, knn_recall(embeddings, idx, recall_sample, seed)
+
+
+def kmeans_assign(x: np.ndarray, n_clusters: int, **options) -> np.ndarray:
+    """The cluster of each row after faiss k-means; `options` are faiss.Kmeans's (niter, nredo,
+    seed, ...), and it runs on the GPU when `uses_gpu`."""
+    x = _as_float32(x)
+    options = {"verbose": False, **options}
+    if uses_gpu():
+        options["gpu"] = True
+    kmeans = faiss.Kmeans(x.shape[1], n_clusters, **options)
+    kmeans.train(x)
+    _, assignment = kmeans.index.search(x, 1)
+    return assignment[:, 0]

@@ -1,0 +1,238 @@
+"""Images decoded once into a cache of resized uint8 pixels.
+
+Decoding a JPEG costs more than a small network's step on the CPU, so every image is decoded,
+cropped (to its bounding box where the protocol says so) and resized once, its shorter side to
+the protocol's size and its aspect ratio kept, into a memory-mapped `.npy` file beside the data;
+later epochs read raw pixels from it (`bench.data.images`), and crops are made per batch
+(`bench.data.crops`). The images differ in shape, so the file holds them one after another,
+flat, and a second small file (`.sizes.npy`) their heights and widths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from bench.util.progress import log
+
+MAX_PIXELS_VARIABLE = "NNGK_MAX_IMAGE_PIXELS"
+CACHE_FORMAT = 2  # 1: every image squashed to size x size; 2: shorter side to size, ragged
+
+
+def to_rgb(img: Image.Image) -> Image.Image:
+    """8-bit RGB. 16-bit greyscale (Pillow's modes I;16* and I, as it opens 16-bit PNGs) is
+    scaled from 0-65535 to 0-255, where Pillow's convert would clip it at 255."""
+    if not img.mode.startswith("I"):
+        return img.convert("RGB")
+    grey = np.asarray(img, dtype=np.float64) / 65535
+    return Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)).convert("RGB")
+
+
+def load_image(path: str, box: tuple[float, float, float, float] | None, size: int) -> np.ndarray:
+    """RGB pixels of one image, cropped to `box` (x1, y1, x2, y2) if given, resized so that its
+    shorter side is `size` (aspect ratio kept); a one-line ValueError naming the file when it
+    cannot be decoded."""
+    with opened(path) as img:
+        img = to_rgb(img)
+        region = box_region(img.size, box)
+        if region is not None:
+            img = img.crop(region)
+        return np.array(img.resize(short_side_size(img.size, size), Image.BILINEAR))
+
+
+def cached_shape(path: str, box: tuple[float, float, float, float] | None, size: int):
+    """(height, width) that `load_image` will give, read from the file's header alone."""
+    with opened(path) as img:
+        region = box_region(img.size, box)
+        width_height = (
+            img.size if region is None else (region[2] - region[0], region[3] - region[1])
+        )
+        w, h = short_side_size(width_height, size)
+        return h, w
+
+
+@contextmanager
+def opened(path: str):
+    """A Pillow image; its errors as one-line ValueErrors naming the file and what to do."""
+    try:
+        with Image.open(path) as img:
+            yield img
+    except Image.DecompressionBombError as err:
+        raise ValueError(
+            f"{path}: {str(err).splitlines()[0]}; if you trust the file, allow larger images "
+            f"with {MAX_PIXELS_VARIABLE}=N pixels (0: no limit)"
+        ) from None
+    except (OSError, SyntaxError) as err:  # Pillow: truncated, unidentified or corrupt
+        raise ValueError(
+            f"{path}: cannot decode the image ({str(err).splitlines()[0]}); replace or remove it"
+        ) from None
+
+
+def box_region(width_height: tuple[int, int], box) -> tuple[int, int, int, int] | None:
+    """The whole-pixel region of a bounding box inside the image; None: the whole image (no
+    box, or one with no area inside the image)."""
+    if box is None:
+        return None
+    x1, y1, x2, y2 = box
+    x1, y1 = max(0, int(x1)), max(0, int(y1))
+    x2, y2 = min(width_height[0], int(np.ceil(x2))), min(width_height[1], int(np.ceil(y2)))
+    return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
+
+
+def short_side_size(width_height: tuple[int, int], size: int) -> tuple[int, int]:
+    """(width, height) with the shorter side `size` and the same aspect ratio, rounded."""
+    w, h = width_height
+    if w <= h:
+        return size, max(1, round(h * size / w))
+    return max(1, round(w * size / h)), size
+
+
+def allow_large_images() -> None:
+    """Pillow's decompression-bomb limit, from $NNGK_MAX_IMAGE_PIXELS where set (0: none)."""
+    value = os.environ.get(MAX_PIXELS_VARIABLE)
+    if value is None:
+        return
+    try:
+        pixels = int(value)
+    except ValueError:
+        raise ValueError(f"{MAX_PIXELS_VARIABLE}={value!r} is not a number of pixels") from None
+    Image.MAX_IMAGE_PIXELS = pixels or None
+
+
+def file_stats(paths: list[str]) -> list[tuple[int, int]]:
+    """(size, modification time in ns) of each file; a missing file is a one-line error."""
+    stats = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError as err:
+            raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
+        stats.append((st.st_size, st.st_mtime_ns))
+    return stats
+
+
+def cache_key(paths: list[str], boxes: list | None, size: int) -> str:
+    """Names the cache of these images at this size; their sizes and modification times are
+    part of it, so a replaced image makes a new cache."""
+    items = {"size": size, "paths": paths, "boxes": boxes, "stats": file_stats(paths)}
+    items["format"] = CACHE_FORMAT
+    return hashlib.sha1(json.dumps(items).encode()).hexdigest()[:16]
+
+
+def sizes_path(cache: Path) -> Path:
+    """The file of the images' (height, width) beside a cache file."""
+    return Path(cache).with_suffix(".sizes.npy")
+
+
+def read_cache(cache: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(flat pixels, memory-mapped; (N, 2) heights and widths; N + 1 offsets into the pixels)."""
+    sizes = np.load(sizes_path(cache))
+    offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)])
+    return np.load(cache, mmap_mode="r"), sizes, offsets
+
+
+def valid_cache(path: Path, count: int, size: int) -> bool:
+    """Whether a cache holds `count` uint8 images with shorter side `size` and is whole."""
+    try:
+        pixels, sizes, offsets = read_cache(path)
+    except (OSError, ValueError, EOFError):
+        return False
+    return (
+        pixels.dtype == np.uint8
+        and sizes.shape == (count, 2)
+        and bool((sizes.min(axis=1) == size).all())
+        and pixels.shape == (offsets[-1],)
+    )
+
+
+def remove_stale_parts(cache_dir: Path) -> None:
+    """Half-built caches (`.NAME.PID.tmp.npy`) of processes that no longer run."""
+    for part in Path(cache_dir).glob(".images-*.tmp.npy"):
+        pid = part.name.split(".")[-3]
+        if pid.isdigit() and not process_alive(int(pid)):
+            part.unlink(missing_ok=True)
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def build_cache(
+    paths: list[str], boxes: list | None, size: int, cache_dir: Path, workers: int | None = None
+) -> Path:
+    """The cache file of these images at this size, decoding them only if it does not exist
+    whole (an invalid one is rebuilt).
+
+    Written under a temporary name and renamed when complete, so a killed build is never used;
+    a failed build removes its part, and parts of dead processes are removed on the next start.
+    """
+    cache_dir = Path(cache_dir)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    out = cache_dir / f"images-{size}-{cache_key(paths, boxes, size)}.npy"
+    if out.is_file():
+        if valid_cache(out, len(paths), size):
+            return out
+        log.warning(f"{out}: not a whole cache of {len(paths)} images at {size}px; rebuilding it")
+    remove_stale_parts(cache_dir)
+    allow_large_images()
+    tmp = cache_dir / f".{out.stem}.{os.getpid()}.tmp.npy"
+    tmp_sizes = cache_dir / f".{out.stem}.sizes.{os.getpid()}.tmp.npy"
+    try:
+        fill_cache(tmp, tmp_sizes, paths, boxes, size, workers)
+        os.replace(tmp_sizes, sizes_path(out))  # the sizes first: pixels without them are invalid
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        tmp_sizes.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def fill_cache(
+    tmp: Path, tmp_sizes: Path, paths: list[str], boxes: list | None, size: int, workers
+) -> None:
+    """Decode every image into a new .npy file, its space reserved first (the shapes are read
+    from the files' headers): a full disk is an OSError here, not a crash (SIGBUS) while writing
+    into the memory map."""
+    jobs = list(zip(paths, boxes or [None] * len(paths), strict=True))
+    with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
+        sizes = np.array(list(pool.map(lambda job: cached_shape(*job, size), jobs)), np.int64)
+        offsets = np.concatenate([[0], np.cumsum(sizes.prod(axis=1) * 3)]).reshape(-1)
+        array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(int(offsets[-1]),))
+        reserve_space(tmp)
+        decoded = pool.map(lambda job: load_image(*job, size), jobs)
+        for i, pixels in enumerate(
+            tqdm(decoded, total=len(paths), desc=f"caching {size}px", disable=len(paths) < 500)
+        ):
+            if pixels.shape[:2] != tuple(sizes[i]):
+                raise ValueError(
+                    f"{paths[i]}: decoded as {pixels.shape[:2]}, its header says "
+                    f"{tuple(sizes[i])}; replace or remove it"
+                )
+            array[offsets[i] : offsets[i + 1]] = pixels.reshape(-1)
+    array.flush()
+    del array
+    np.save(tmp_sizes, sizes.reshape(len(paths), 2))
+
+
+def reserve_space(path: Path) -> None:
+    with open(path, "r+b") as f:
+        try:  # (no posix_fallocate on macOS: there the build fails later, if at all)
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(f.fileno(), 0, os.path.getsize(path))
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(path)) from None

@@ -1,0 +1,140 @@
+"""The input pipeline against the model it feeds: images per second from the cache to the
+network's input on the device (uint8 batches, crops made there), from decoding every epoch
+with per-image transforms, and the model's own training images per second."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.speed.benchmarks import seconds_per_call
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # time the work, not its launch
+
+
+def throughput(
+    dataset, device: torch.device, batch_size: int = 64, batches: int = 10, workers: int = 0
+) -> float:
+    """Images per second that reach the device as the network's input (training crops)."""
+    from bench.util.batches import split_loader, to_inputs
+
+    loader = split_loader(dataset, device, workers, batch_size=batch_size, shuffle=True)
+    gen = torch.Generator(device).manual_seed(0)
+    start, seen = time.perf_counter(), 0
+    for i, (x, _, _) in enumerate(loader):
+        seen += len(to_inputs(dataset, x, device, gen))
+        if i + 1 == batches:
+            break
+    sync(device)
+    return seen / (time.perf_counter() - start)
+
+
+class DecodedEveryEpoch:
+    """The same images decoded from their files at every access and transformed one by one on
+    the host (torchvision's random-resized crop, flip, normalisation): the usual pipeline."""
+
+    def __init__(self, paths: list[str], crop: int):
+        from torchvision.transforms import v2
+
+        from bench.data.crops import IMAGENET_MEAN, IMAGENET_STD
+
+        self.paths, self.labels = paths, np.zeros(len(paths), np.int64)
+        self.transform = v2.Compose(
+            [
+                v2.RandomResizedCrop(crop),
+                v2.RandomHorizontalFlip(),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            ]
+        )
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as img:
+            pixels = torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
+        return self.transform(pixels), 0, i
+
+
+def model_throughput(
+    backbone: str, size: int, device: torch.device, batch_size: int = 32, steps: int = 3
+) -> float:
+    """Training images per second of a backbone (forward, backward, SGD step) at this size."""
+    from bench.models.embedding import build_model
+
+    model = build_model(backbone, 64, "none", 3).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x = torch.randn(batch_size, 3, size, size, device=device)
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+        sync(device)
+
+    return batch_size / seconds_per_call(step, repeats=steps)
+
+
+def loader_benchmark(
+    paths: list[str],
+    resize: int,
+    crop: int,
+    backbone: str,
+    cache_dir: Path,
+    workers: int = 0,
+    device: str = "cpu",
+    batch_size: int = 64,
+) -> dict:
+    """Images per second from the cache (aspect kept, random-resized crops on `device`) and
+    from decoding every epoch (with `workers` loader processes), against the model's training
+    images per second at the same crop size, on `device`."""
+    from bench.data.crops import Crops
+    from bench.data.image_cache import build_cache
+    from bench.data.images import CachedImages
+
+    dev = torch.device(device)
+    start = time.perf_counter()
+    cache = build_cache(paths, None, resize, cache_dir)
+    build_s = time.perf_counter() - start
+    crops = Crops(crop, resize, "aspect", train=True)
+    cached = CachedImages(cache, np.arange(len(paths)), np.zeros(len(paths)), crops)
+    model = model_throughput(backbone, crop, dev, batch_size=min(batch_size, 32))
+    rows = {
+        "images": len(paths),
+        "device": str(dev),
+        "cache build s (once)": build_s,
+        "loader workers": workers,
+        "cached img/s": throughput(cached, dev, batch_size, workers=workers),
+        "decoded img/s": throughput(DecodedEveryEpoch(paths, crop), dev, batch_size, 4, workers),
+        f"{backbone} train img/s": model,
+    }
+    rows["cache speed-up"] = rows["cached img/s"] / rows["decoded img/s"]
+    rows["cached / model"] = rows["cached img/s"] / model
+    rows["decoded / model"] = rows["decoded img/s"] / model
+    return {k: f"{v:.4g}" if isinstance(v, float) else v for k, v in rows.items()}
+
+
+def synthetic_jpegs(folder, count: int = 640, size: tuple[int, int] = (500, 375)) -> list[str]:
+    """JPEG files the size of a typical Cars196/CUB photo, for a benchmark without the data."""
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(count):
+        path = folder / f"{i:05d}.jpg"
+        if not path.exists():
+            noise = rng.integers(0, 255, (size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+            Image.fromarray(noise).resize(size).save(path, quality=90)
+        paths.append(str(path))
+    return paths

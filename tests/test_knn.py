@@ -1,0 +1,186 @@
+"""bench/util/knn.py: the GPU/CPU choice, the IVF search and its measured recall, k-means.
+
+References are plain numpy (brute-force distances, Python sets); the GPU branch is run with a
+stand-in for faiss's GPU API that records what is moved to the GPU and keeps it on the CPU.
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from bench.util import knn as knn_module
+from bench.util.knn import (
+    GPU_MAX_K,
+    approximate_knn,
+    ivf_knn,
+    kmeans_assign,
+    knn,
+    recall_at_k,
+    search,
+    uses_gpu,
+)
+
+
+def clustered(n: int, dims: int, clusters: int, spread: float = 0.3, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(clusters, dims))
+    return (centres[rng.integers(0, clusters, n)] + spread * rng.normal(size=(n, dims))).astype(
+        np.float32
+    )
+
+
+def set_recall(found: np.ndarray, exact: np.ndarray) -> float:
+    pairs = zip(found.tolist(), exact.tolist(), strict=True)
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in pairs]))
+
+
+def sq_distances(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    norms = (x**2).sum(1)
+    return norms[:, None] + norms[None, :] - 2 * x @ x.T
+
+
+def brute_knn(x: np.ndarray, k: int) -> np.ndarray:
+    d = sq_distances(x)
+    np.fill_diagonal(d, np.inf)
+    return np.argsort(d, axis=1, kind="stable")[:, :k]
+
+
+@pytest.mark.skipif(hasattr(faiss, "StandardGpuResources"), reason="faiss has GPU support here")
+def test_faiss_without_gpu_support_runs_on_the_cpu():
+    assert uses_gpu() is False
+
+
+def test_recall_at_k_is_the_share_of_exact_neighbours_found():
+    found, exact = np.array([[1, 2], [3, 4]]), np.array([[2, 1], [3, 5]])
+    assert recall_at_k(found, exact) == 0.75
+
+
+@pytest.fixture(scope="module")
+def bank() -> np.ndarray:
+    return clustered(5000, 32, clusters=50)
+
+
+def test_approximate_knn_lists_are_self_excluded_and_report_their_recall(bank):
+    k = 20
+    dist, idx, recall = approximate_knn(bank, k, nprobe=3, recall_sample=1000)  # of 128 lists
+    assert dist.shape == idx.shape == (len(bank), k)
+    assert (idx >= 0).all() and not (idx == np.arange(len(bank))[:, None]).any()
+    true = ((bank[idx].astype(np.float64) - bank[:, None, :]) ** 2).sum(-1)
+    np.testing.assert_allclose(dist, true, rtol=1e-4, atol=1e-3)
+    assert (np.diff(dist, axis=1) >= 0).all()
+    full = set_recall(idx, knn(bank, k)[1])
+    assert 0.9 <= full < 1.0
+    assert recall == pytest.approx(full, abs=0.015)  # a 1000-query sample of the full recall
+
+
+def test_ivf_probing_every_list_is_exact_search():
+    x = clustered(1500, 16, clusters=20)  # no near-tie at the 10th neighbour (gap > 1e-4)
+    _, exact = knn(x, 10)
+    _, found, recall = approximate_knn(x, 10, nlist=16, nprobe=16)
+    assert recall == 1.0
+    assert [set(r) for r in found.tolist()] == [set(r) for r in exact.tolist()]
+    assert [set(r) for r in exact.tolist()] == [set(r) for r in brute_knn(x, 10).tolist()]
+
+
+def test_queries_with_too_few_probed_points_are_searched_exactly():
+    x = clustered(300, 4, clusters=3, spread=1.0)
+    _, idx = ivf_knn(x, 6, nlist=7, nprobe=1)  # ~43 points per list, some lists far fewer
+    assert (idx >= 0).all() and not (idx == np.arange(300)[:, None]).any()
+    _, tiny = ivf_knn(x[:40], 6, nlist=20, nprobe=1)  # 2 points a list: every row falls back
+    assert [set(r) for r in tiny.tolist()] == [set(r) for r in brute_knn(x[:40], 6).tolist()]
+
+
+def test_ivf_rejects_more_lists_than_points():
+    with pytest.raises(ValueError, match="nlist <= 10"):
+        ivf_knn(np.zeros((10, 2), np.float32), 3, nlist=11)
+
+
+def test_kmeans_assign_is_faiss_kmeans_on_the_cpu(bank):
+    options = {"niter": 20, "seed": 3, "min_points_per_centroid": 1}
+    reference = faiss.Kmeans(32, 50, verbose=False, **options)
+    reference.train(bank)
+    expected = reference.index.search(bank, 1)[1][:, 0]
+    assert np.array_equal(kmeans_assign(bank, 50, **options), expected)
+
+
+class FakeGpu:
+    """faiss's GPU API on the CPU: resources counted, moved indexes recorded and kept."""
+
+    def __init__(self, monkeypatch):
+        self.resources, self.moved, self.nprobes, self.kmeans = 0, [], [], []
+        fake = self
+
+        class Resources:
+            def __init__(self):
+                fake.resources += 1
+
+        class ParameterSpace(faiss.ParameterSpace):
+            def set_index_parameter(self, index, name, value):
+                fake.nprobes.append(value)
+                super().set_index_parameter(index, name, value)
+
+        class Kmeans(faiss.Kmeans):
+            def __init__(self, d, k, gpu=False, **options):
+                fake.kmeans.append(gpu)
+                super().__init__(d, k, **options)
+
+        def to_gpu(resources, device, index):
+            assert isinstance(resources, Resources) and device == 0
+            fake.moved.append(type(index).__name__)
+            return index
+
+        monkeypatch.setattr(knn_module, "_gpu_resources", None)
+        monkeypatch.setattr(faiss, "StandardGpuResources", Resources, raising=False)
+        monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+        monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
+        monkeypatch.setattr(faiss, "GpuParameterSpace", ParameterSpace, raising=False)
+        monkeypatch.setattr(faiss, "Kmeans", Kmeans)
+
+
+def test_a_visible_gpu_is_used_unless_turned_off(monkeypatch):
+    fake = FakeGpu(monkeypatch)
+    monkeypatch.setenv("NNGK_FAISS_GPU", "1")
+    assert uses_gpu() is True
+    x = clustered(300, 8, clusters=5)
+    _, idx = search(x, x[:7], 5)
+    assert fake.moved == ["IndexFlatL2"]
+    assert [set(r) for r in knn(x, 4)[1].tolist()] == [set(r) for r in brute_knn(x, 4).tolist()]
+    ivf_knn(x, 4, nlist=4, nprobe=3)
+    assert fake.moved[-1] == "IndexIVFFlat" and fake.nprobes == [3]
+    kmeans_assign(x, 5)
+    assert fake.kmeans == [True] and fake.resources == 1  # one set of resources, reused
+    monkeypatch.setenv("NNGK_FAISS_GPU", "0")
+    assert uses_gpu() is False
+    kmeans_assign(x, 5)
+    search(x, x[:7], 5)
+    assert fake.kmeans == [True, False] and len(fake.moved) == 3
+
+
+def test_the_gpu_keeps_to_its_limit_of_2048_results_and_probes(monkeypatch):
+    fake = FakeGpu(monkeypatch)
+    monkeypatch.delenv("NNGK_FAISS_GPU", raising=False)
+    x = clustered(GPU_MAX_K + 60, 2, clusters=3)
+    _, idx = search(x, x[:3], GPU_MAX_K + 1)
+    assert idx.shape == (3, GPU_MAX_K + 1) and fake.moved == []  # searched on the CPU
+    ivf_knn(x, 3, nlist=GPU_MAX_K + 50, nprobe=GPU_MAX_K + 50)
+    assert fake.moved == ["IndexIVFFlat"] and fake.nprobes == [GPU_MAX_K]
+
+
+def test_run_takes_the_nngk_index_and_records_the_neighbour_recall(tmp_path):
+    import pandas as pd
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    args = ["run", "--dataset", "glyphs:classes=16,instances=10,size=12", "--dims", "8"]
+    args += ["--epochs", "1", "--results", str(tmp_path)]
+    out = CliRunner().invoke(main, [*args, "--loss", "nngk", "--index", "ivf", "--nprobe", "2"])
+    assert out.exit_code == 0, out.output
+    (run,) = tmp_path.glob("*nngk*")
+    recall = pd.read_csv(run / "history.csv")["neighbour_recall"]
+    assert len(recall) == 1 and 0 < recall[0] <= 1
+    refused = CliRunner().invoke(main, [*args, "--loss", "contrastive", "--index", "ivf"])
+    assert refused.exit_code != 0 and "does not take --index" in refused.output
