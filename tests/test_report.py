@@ -76,6 +76,7 @@ def test_report_writes_table_csv_plot_and_index(results, tmp_path):
         "digits.png",
         "digits-recall-at-k.png",
         "README.md",
+        "index.html",
     }
     md = (out / "digits.md").read_text()
     lines = [line for line in md.splitlines() if line.startswith("|")]
@@ -154,7 +155,7 @@ def test_a_readme_that_is_not_a_report_removes_nothing(results, tmp_path):
 
 def test_report_with_no_runs(tmp_path):
     written, problems = write_report(tmp_path / "none", tmp_path / "rep")
-    assert problems == [] and [p.name for p in written] == ["README.md"]
+    assert problems == [] and sorted(p.name for p in written) == ["README.md", "index.html"]
     assert "No finished runs" in (tmp_path / "rep" / "README.md").read_text()
 
 

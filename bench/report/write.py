@@ -17,6 +17,7 @@ import pandas as pd
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.embedding import embedding_files
+from bench.report.html import index_html
 from bench.report.index import index_text
 from bench.report.manifest import ours, read_manifest, write_manifest
 from bench.report.run_figures import (
@@ -72,8 +73,9 @@ def write_report(
     results: Path, out: Path, reference: str | None = None
 ) -> tuple[list[Path], list[str]]:
     """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
-    .csv and -ablation.csv; README.md indexing them all. `reference`: the row (e.g. 'nngk')
-    every other row of a main table is tested against, else each column's best."""
+    .csv and -ablation.csv; README.md indexing them all, index.html showing them all.
+    `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
+    else each column's best."""
     df, problems = load_runs(results)
     out = Path(out)
     tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique()) if len(df) else []
@@ -87,6 +89,7 @@ def write_report(
         groups[TUNING] = tuned
     files = {name: data for group in groups.values() for name, data in group.items()}
     files["README.md"] = index_text(results, groups).encode()
+    files["index.html"] = index_html(results, out, groups, df).encode()
     previous, written = read_manifest(out), {}
     for name, data in files.items():
         if not ours(out / name, previous):
