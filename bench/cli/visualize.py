@@ -21,14 +21,57 @@ import click
     show_default=True,
     help="t-SNE on at most this many training and this many test points.",
 )
-def visualize(run_dir, out, max_points):
+@click.option(
+    "--gallery/--no-gallery",
+    default=True,
+    show_default=True,
+    help="Retrieval galleries: fixed and worst queries with their top-k test images "
+    "(pairs protocol: also the hardest false accepts and rejects).",
+)
+@click.option(
+    "--compare",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    default=None,
+    help="Another run of the same data set: both runs' top-k side by side on the same queries.",
+)
+@click.option(
+    "--queries", default=10, show_default=True, type=click.IntRange(1), help="Queries per gallery."
+)
+@click.option(
+    "--k", default=5, show_default=True, type=click.IntRange(1), help="Retrieved images per query."
+)
+def visualize(run_dir, out, max_points, gallery, compare, queries, k):
     """One run's views of how its embedding generalizes (seed 003): joint t-SNE of training
-    and test embeddings, and the same- vs different-class similarity scatter."""
+    and test embeddings, the same- vs different-class similarity scatter, and retrieval
+    galleries (query images with their nearest test images, framed green or red)."""
+    from bench.report.galleries import check_comparable
     from bench.report.visualize import visualize_run
 
+    if compare is not None and not gallery:
+        raise click.UsageError("--compare draws a gallery; leave out --no-gallery")
+    out = out or run_dir
     try:
-        written = visualize_run(run_dir, out or run_dir, max_points)
+        if compare is not None:  # refused before anything is drawn
+            check_comparable(run_dir, compare)
+        written = visualize_run(run_dir, out, max_points)
+        if gallery:
+            written += galleries_or_note(run_dir, out, compare, queries, k)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     for path in written:
         click.echo(str(path))
+
+
+def galleries_or_note(
+    run_dir: Path, out: Path, compare: Path | None, queries: int, k: int
+) -> list[Path]:
+    """The run's retrieval galleries; for a run on feature vectors, a line saying it has no
+    images (its other figures are drawn all the same)."""
+    from bench.report.galleries import visualize_galleries
+    from bench.report.gallery_images import has_images, no_images_error, run_config
+
+    dataset = run_config(run_dir).dataset
+    if not has_images(dataset):
+        click.echo(str(no_images_error(dataset)))
+        return []
+    return visualize_galleries(run_dir, out, compare, queries, k)

@@ -20,6 +20,12 @@ KINDS = {
     "<table>-train-test.csv": "the same, as numbers",
     "<table>-categories.md": "best and worst categories per loss and split (seed 004 Table 3)",
     "<table>-categories.csv": "the same, as numbers",
+    "<table>-health.md": "embedding health per loss and size: principal components for 90/99 % "
+    "of the variance, intra- vs inter-class distances, beside MAP@R",
+    "<table>-health.csv": "the same, as numbers",
+    "<table>-gallery-<loss>.png": "the best run of each loss (highest test MAP@R, then lowest "
+    "seed) on the data set's fixed test queries: each query with its top-5 test images, framed "
+    "green (same class) or red",
     "<table>-accuracy-vs-examples.png": "test accuracy against examples per class (Fig. 3)",
     "<table>-neighbours.png": "NNGK: the effect of the number of neighbours k (Fig. 4a)",
     "<table>-centres.png": "NNGK: distance and kernel value to nearest centres (Fig. 4b/4c)",
@@ -40,6 +46,8 @@ def pattern(group: str, file_name: str) -> str:
     """A written file's kind: `<table>-tsne.png` for digits-tsne.png."""
     if group == TUNING and file_name != f"{TUNING}.md":
         return f"{TUNING}-<study>-" + file_name.rsplit("-", 1)[1]
+    if file_name.startswith(f"{group}-gallery-"):
+        return "<table>-gallery-<loss>.png"
     return file_name if group == CLASSIFICATION else "<table>" + file_name.removeprefix(group)
 
 

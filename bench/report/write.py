@@ -17,6 +17,8 @@ import pandas as pd
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.embedding import embedding_files
+from bench.report.galleries import gallery_files
+from bench.report.health import health_files
 from bench.report.html import index_html
 from bench.report.index import index_text
 from bench.report.manifest import ours, read_manifest, write_manifest
@@ -38,12 +40,14 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     embedding_files,
     train_test_files,
     categories_files,
+    health_files,
     examples_figure,
     neighbours_figure,
     centres_figure,
     pair_figures,
     mprec_figure,
     tsne_figure,
+    gallery_files,
 )
 
 

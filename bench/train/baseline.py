@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
@@ -113,6 +114,7 @@ def write_baseline(
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
     metrics = evaluate(embeddings, labels, seed=base.seed)
+    metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=embeddings, labels=labels)
     metrics.update(run_summary(base, features=label, input_size=inputs))
     atomic_write_json(run_dir / store.METRICS, metrics)
