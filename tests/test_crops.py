@@ -158,3 +158,7 @@ def test_a_run_with_aspect_crops_and_loader_workers_finishes_and_is_named_apart(
     config = json.loads((run / "config.json").read_text())
     metrics = json.loads((run / "metrics.json").read_text())
     assert config["crop_mode"] == "aspect" and 0 < metrics["map@r"] <= 1
+    # Every run and baseline records its embedding's health (tests/test_health.py: the maths).
+    assert metrics["health_pca_dims"] == 8 and 1 <= metrics["health_pca_components_99"] <= 8
+    for baseline in (tmp_path / "r").glob("*untrained*"):
+        assert "health_intra_inter_ratio" in json.loads((baseline / "metrics.json").read_text())

@@ -1,4 +1,5 @@
-"""What the commands share: option types checked by click, the results folder, integer lists."""
+"""What the commands share: option types checked by click, the results folder, the experiment
+log (--log), integer lists."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import errno
 from pathlib import Path
 
 import click
+
+from bench.train.tracking import LOG_KINDS, require
 
 DEFAULT_RESULTS = Path("results")
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
@@ -18,6 +21,28 @@ VAL_FRACTION = click.option(
     default=None,
     help="Share of the training images (or classes, --val-split classes) held out to choose "
     "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
+)
+
+
+def check_log(ctx: click.Context, param: click.Parameter, kind: str) -> str:
+    """--log's package present, before anything is written; else a one-line error naming the
+    install."""
+    try:
+        require(kind)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    return kind
+
+
+LOG = click.option(
+    "--log",
+    type=click.Choice(LOG_KINDS),
+    default="none",
+    show_default=True,
+    callback=check_log,
+    help="Log hyper-parameters, the training loss at each step and each epoch's metrics to "
+    "TensorBoard (RUN/tensorboard/) or MLflow (RESULTS/mlflow.db, or $MLFLOW_TRACKING_URI); "
+    "pip install 'nngk-bench[log]'. Does not change the run's id.",
 )
 
 

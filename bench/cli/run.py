@@ -11,6 +11,7 @@ import click
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
 from bench.cli.options import (
     DEFAULT_RESULTS,
+    LOG,
     NON_NEGATIVE,
     POSITIVE,
     POSITIVE_FLOAT,
@@ -134,6 +135,7 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     show_default=True,
     help="DataLoader workers.",
 )
+@LOG
 @click.option("--fixed-weights", is_flag=True, help="NNGK: centre weights fixed at 1 (Table 5).")
 @click.option("--freeze-backbone", is_flag=True, help="Train only what follows the backbone.")
 @click.option(
@@ -192,6 +194,7 @@ def run(
     crop,
     crop_mode,
     workers,
+    log,
     fixed_weights,
     freeze_backbone,
     train_per_class,
@@ -244,6 +247,7 @@ def run(
         crop=crop,
         crop_mode=crop_mode,
         workers=workers,
+        log=log,
         freeze_backbone=freeze_backbone or None,
         train_per_class=train_per_class,
         val_split=val_split,

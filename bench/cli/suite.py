@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
-from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE, POSITIVE, VAL_FRACTION, parse_ints
+from bench.cli.options import (
+    DEFAULT_RESULTS,
+    LOG,
+    NON_NEGATIVE,
+    POSITIVE,
+    VAL_FRACTION,
+    parse_ints,
+)
 from bench.data.datasets import check_dataset
 from bench.data.glyphs import is_glyphs
 from bench.data.splits import VAL_SPLITS
@@ -64,9 +71,10 @@ SEED003_SUITE = (
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
+@LOG
 @dispatch_options
 def suite(
-    dataset, dims, seed, epochs, preset, val_split, val_fraction, backbone, lr, results, **jobs
+    dataset, dims, seed, epochs, preset, val_split, val_fraction, backbone, lr, results, log, **jobs
 ):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
     reports/. With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
@@ -99,6 +107,7 @@ def suite(
             val_fraction=val_fraction,
             backbone=backbone,
             lr=lr,
+            log=log,
         )
     ]
     submit_runs(configs, results, dispatch_from(jobs))

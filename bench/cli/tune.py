@@ -3,12 +3,13 @@ with several seeds and tested once."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
-from bench.cli.options import DEFAULT_RESULTS, POSITIVE, parse_ints
+from bench.cli.options import DEFAULT_RESULTS, LOG, POSITIVE, parse_ints
 
 
 @click.command()
@@ -44,10 +45,11 @@ from bench.cli.options import DEFAULT_RESULTS, POSITIVE, parse_ints
 @click.option(
     "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
 )
+@LOG
 @dispatch_options
 def tune(
     losses, dataset, dims, trials, epochs, folds, seeds, final_epochs, no_retrain, storage,
-    grace, results, **jobs,
+    grace, results, log, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
     on validation classes; retrain the best with SEEDS. Run it in several processes or on
@@ -92,6 +94,7 @@ def tune(
             f"{study.best_trial.params} ({folder})"
         )
         configs += tuned_configs(study, setup, name, parse_ints(seeds, "--seeds"), final_epochs)
+    configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
 

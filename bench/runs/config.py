@@ -10,9 +10,9 @@ from typing import Any
 
 from bench.util.names import safe_name
 
-# Where the data lies, how it is loaded and which preset gave the defaults do not change what a
-# run computes.
-NOT_HASHED = ("data_root", "workers", "preset")
+# Where the data lies, how it is loaded, which preset gave the defaults and where the run is
+# logged do not change what a run computes.
+NOT_HASHED = ("data_root", "workers", "preset", "log")
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
 HASHED_IF_SET = {
@@ -58,6 +58,7 @@ class RunConfig:
     data_fingerprint: str = ""
     tuned: str = ""  # the Optuna study whose best parameters these are (`tune`)
     workers: int = 0
+    log: str = "none"  # experiment log: none, tensorboard or mlflow (bench/train/tracking.py)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

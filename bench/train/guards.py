@@ -3,6 +3,8 @@ seeds and their one-line summaries."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -24,10 +26,16 @@ class StepLosses:
     `every` steps, so that a GPU does not wait for the host at each step (on a CPU, `every` = 1
     costs nothing). The first non-finite one stops training (`Diverged`) naming its step; when
     `every` > 1 the few steps after it have already been taken, which does no harm: the run
-    keeps the weights of its best finished epoch."""
+    keeps the weights of its best finished epoch. `on_read` (an experiment log) gets each read's
+    losses with the step of the first (1 = the epoch's first step)."""
 
-    def __init__(self, epoch: int, every: int = 1):
-        self.epoch, self.every = epoch, every
+    def __init__(
+        self,
+        epoch: int,
+        every: int = 1,
+        on_read: Callable[[int, np.ndarray], None] | None = None,
+    ):
+        self.epoch, self.every, self.on_read = epoch, every, on_read
         self.pending: list[torch.Tensor] = []
         self.total, self.count = 0.0, 0
 
@@ -40,6 +48,8 @@ class StepLosses:
         if not self.pending:
             return
         values = torch.stack(self.pending).double().cpu().numpy()
+        if self.on_read is not None:
+            self.on_read(self.count + 1, values)
         bad = np.flatnonzero(~np.isfinite(values))
         if len(bad):
             raise Diverged(self.epoch, self.count + int(bad[0]) + 1, float(values[bad[0]]))
@@ -79,6 +89,23 @@ def check_validation(cfg: RunConfig, data: DataSplits) -> None:
             "two, so it cannot choose an epoch; use a data set with more images per class, or "
             "--val-split classes"
         )
+
+
+def loss_trend(history: list[dict]) -> tuple[dict, list[str]]:
+    """The training loss's relative change from the first epoch to the last, and a warning
+    when it did not fall (by 1 % at least)."""
+    losses = [row["train_loss"] for row in history]
+    if len(losses) < 2 or not losses[0]:
+        return {}, []
+    change = (losses[-1] - losses[0]) / abs(losses[0])
+    warnings = []
+    if change > -0.01:
+        warnings.append(
+            f"the training loss did not decrease ({losses[0]:.4g} in epoch 1, "
+            f"{losses[-1]:.4g} in epoch {len(losses)}): check the learning rate and "
+            "the loss's parameters"
+        )
+    return {"train_loss_change": change}, warnings
 
 
 def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:

@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from bench.evaluation.classification import classification_scores
+from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.models.embed import embed
@@ -34,6 +35,7 @@ from bench.train.guards import (
     check_validation,
     epoch_seed,
     epoch_summary,
+    loss_trend,
 )
 from bench.train.loaders import (
     epoch_loader,
@@ -42,6 +44,7 @@ from bench.train.loaders import (
     sampler_text,
     train_loader,
 )
+from bench.train.tracking import RunLog, open_run_log
 from bench.util.atomic import (
     atomic_save_npz,
     atomic_torch_save,
@@ -69,6 +72,7 @@ class Trainer:
         self.ranks = ranks_from_env(self.device)
         self.device = local_device(self.device)
         self.loader = None  # the training batches' loader, made at the first epoch
+        self.run_log = RunLog()  # the experiment log (--log) while fit() runs
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
@@ -136,7 +140,8 @@ class Trainer:
         self.model.train()
         if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
             self.model.backbone.eval()
-        losses = StepLosses(epoch + 1, every=1 if self.device.type == "cpu" else SYNC_EVERY)
+        every = 1 if self.device.type == "cpu" else SYNC_EVERY
+        losses = StepLosses(epoch + 1, every, self.run_log.step_losses(epoch, len(loader)))
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
         for x, y, idx in bar:
             x = to_inputs(self.data.train, x, self.device, crops)
@@ -256,8 +261,14 @@ class Trainer:
         `test` (a tuning trial), record the validation score only: the test split is never
         embedded."""
         self.testing = test
-        cfg = self.cfg
         progress = self.start_or_resume()
+        kind = self.cfg.log if self.ranks.main else "none"
+        with open_run_log(kind, self.run_dir, self.cfg) as self.run_log:
+            return self.train_epochs(progress)
+
+    def train_epochs(self, progress: dict) -> dict:
+        """The epochs left, then the run's conclusion (`conclude`)."""
+        cfg = self.cfg
         for epoch in range(progress["epoch"], cfg.epochs):
             t0 = time.perf_counter()
             seed_everything(epoch_seed(cfg, epoch))
@@ -284,6 +295,7 @@ class Trainer:
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
             log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
+            self.run_log.epoch(row, self.optimizer)
             if self.ranks.main:
                 self.save_checkpoint(progress)
                 history = pd.DataFrame(progress["history"]).to_csv(index=False)
@@ -323,24 +335,6 @@ class Trainer:
                 log.warning(f"{self.name}: {text}")
                 kept.append(text)
 
-    def loss_trend(self, progress: dict) -> dict:
-        """The training loss's relative change from the first epoch to the last; a warning
-        when it did not fall (by 1 % at least)."""
-        losses = [row["train_loss"] for row in progress["history"]]
-        if len(losses) < 2 or not losses[0]:
-            return {}
-        change = (losses[-1] - losses[0]) / abs(losses[0])
-        if change > -0.01:
-            self.note(
-                progress,
-                [
-                    f"the training loss did not decrease ({losses[0]:.4g} in epoch 1, "
-                    f"{losses[-1]:.4g} in epoch {len(losses)}): check the learning rate and "
-                    "the loss's parameters"
-                ],
-            )
-        return {"train_loss_change": change}
-
     def stop_diverged(self, progress: dict, where: Diverged) -> dict:
         """Training went non-finite: finish with the best epoch so far, recording where it
         diverged; with no finished epoch there is nothing to keep, and an error says so."""
@@ -367,7 +361,9 @@ class Trainer:
         metrics["val_score"] = progress["best"]["score"]
         if "diverged" in progress:
             metrics["diverged"] = progress["diverged"]
-        metrics.update(self.loss_trend(progress))
+        trend, warnings = loss_trend(progress["history"])
+        self.note(progress, warnings)
+        metrics.update(trend)
         metrics["warnings"] = progress.get("warnings", [])
         atomic_write_json(self.run_dir / store.METRICS, metrics)
         return metrics
@@ -378,6 +374,8 @@ class Trainer:
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
         metrics, emb, labels = self.test(write_tables=True)
+        metrics.update(embedding_health(emb, labels, seed=self.cfg.seed))
+        self.run_log.test(metrics, best["epoch"])
         atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
         atomic_save_npz(
