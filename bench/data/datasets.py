@@ -291,3 +291,19 @@ def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2,
     if name.startswith(FEATURES_PREFIX):
         return feature_splits(name, val_fraction, **chosen)
     return image_splits(name, protocol, val_fraction, **image_opts)
+
+
+def load_run_data(cfg) -> DataSplits:
+    """The splits a run's configuration (a `bench.runs.config.RunConfig`) names."""
+    return load_dataset(
+        cfg.dataset,
+        cfg.protocol,
+        cfg.val_fraction,
+        data_root=cfg.data_root or None,
+        resize=cfg.resize,
+        crop=cfg.crop,
+        pad=cfg.pad,
+        crop_mode=cfg.crop_mode,
+        train_per_class=cfg.train_per_class,
+        val_split=cfg.val_split,
+    )

@@ -14,7 +14,7 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from bench.data.datasets import DataSplits, load_dataset
+from bench.data.datasets import DataSplits, load_run_data
 from bench.data.names import FEATURES_PREFIX
 from bench.report.figures import DPI, plt, png_bytes
 from bench.runs import store
@@ -58,22 +58,10 @@ def run_config(run_dir: Path) -> RunConfig:
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
-    """The run's data as `bench.train.loaders.load_data` loads it (which this floor of the
-    layout may not import)."""
+    """The run's data, as its training loaded it; a one-line error for feature vectors."""
     if not has_images(cfg.dataset):
         raise no_images_error(cfg.dataset)
-    return load_dataset(
-        cfg.dataset,
-        cfg.protocol,
-        cfg.val_fraction,
-        data_root=cfg.data_root or None,
-        resize=cfg.resize,
-        crop=cfg.crop,
-        pad=cfg.pad,
-        crop_mode=cfg.crop_mode,
-        train_per_class=cfg.train_per_class,
-        val_split=cfg.val_split,
-    )
+    return load_run_data(cfg)
 
 
 def item_image(split: Dataset, i: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import torch
 from pytorch_metric_learning.samplers import MPerClassSampler
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
-from bench.data.datasets import DataSplits, load_dataset
+from bench.data.datasets import DataSplits, load_run_data
 from bench.data.identity import data_identity
 from bench.runs.config import RunConfig
 from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices
@@ -101,18 +101,7 @@ def epoch_loader(loader: DataLoader, seed: int) -> DataLoader:
 
 
 def load_data(cfg: RunConfig) -> DataSplits:
-    return load_dataset(
-        cfg.dataset,
-        cfg.protocol,
-        cfg.val_fraction,
-        data_root=cfg.data_root or None,
-        resize=cfg.resize,
-        crop=cfg.crop,
-        pad=cfg.pad,
-        crop_mode=cfg.crop_mode,
-        train_per_class=cfg.train_per_class,
-        val_split=cfg.val_split,
-    )
+    return load_run_data(cfg)
 
 
 def with_data_identity(configs: list[RunConfig]) -> list[RunConfig]:
