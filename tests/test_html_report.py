@@ -38,7 +38,8 @@ def test_the_page_shows_every_table_and_figure_and_links_every_run(report):
 
 def test_markdown_tables_become_html_tables_with_their_marks():
     text = "# T\n\nSetup: a; b.\n\n| loss | R@1 |\n|---|---|\n| nngk | **75.00 ± 1.00** ▼ |\n"
-    got = markdown_html(text)
+    got = markdown_html(text + "\n*intra*: a <mean>.\n")
+    assert "<p><i>intra</i>: a &lt;mean&gt;.</p>" in got
     assert '<p class="setup">Setup: a; b.</p>' in got
     assert "<th>loss</th><th>R@1</th>" in got
     assert "<td>nngk</td><td><b>75.00 ± 1.00</b> ▼</td>" in got

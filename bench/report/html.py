@@ -70,9 +70,11 @@ window.addEventListener('load', () => {
 
 
 def inline(text: str) -> str:
-    """Markdown's inline marks of our tables (bold, code, links) as HTML, the rest escaped."""
+    """Markdown's inline marks of our tables (bold, italics, code, links) as HTML, the rest
+    escaped."""
     text = html.escape(text)
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    text = re.sub(r"\*(.+?)\*", r"<i>\1</i>", text)
     text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
     return re.sub(r"\[(.+?)\]\((.+?)\)", r'<a href="\2">\1</a>', text)
 
