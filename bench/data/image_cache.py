@@ -135,8 +135,13 @@ def sizes_path(cache: Path) -> Path:
 def read_cache(cache: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(flat pixels, memory-mapped; (N, 2) heights and widths; N + 1 offsets into the pixels)."""
     sizes = np.load(sizes_path(cache))
-    offsets = np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)])
-    return np.load(cache, mmap_mode="r"), sizes, offsets
+    return np.load(cache, mmap_mode="r"), sizes, pixel_offsets(sizes)
+
+
+def pixel_offsets(sizes: np.ndarray) -> np.ndarray:
+    """Where each image of these (N, 2) heights and widths starts in the flat pixels, and where
+    the last one ends: N + 1 offsets."""
+    return np.concatenate([[0], np.cumsum(sizes[:, 0] * sizes[:, 1] * 3)])
 
 
 def valid_cache(path: Path, count: int, size: int) -> bool:
@@ -210,8 +215,9 @@ def fill_cache(
     into the memory map."""
     jobs = list(zip(paths, boxes or [None] * len(paths), strict=True))
     with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
-        sizes = np.array(list(pool.map(lambda job: cached_shape(*job, size), jobs)), np.int64)
-        offsets = np.concatenate([[0], np.cumsum(sizes.prod(axis=1) * 3)]).reshape(-1)
+        shapes = pool.map(lambda job: cached_shape(*job, size), jobs)
+        sizes = np.array(list(shapes), np.int64).reshape(len(jobs), 2)
+        offsets = pixel_offsets(sizes)
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(int(offsets[-1]),))
         reserve_space(tmp)
         decoded = pool.map(lambda job: load_image(*job, size), jobs)

@@ -53,16 +53,21 @@ def local_device(device: torch.device) -> torch.device:
     return device
 
 
+def check_divisible(batch_size: int, ranks: Ranks) -> None:
+    """A one-line error for a global batch that the processes cannot share equally."""
+    if batch_size % ranks.world:
+        raise ValueError(
+            f"a batch of {batch_size} cannot be split between {ranks.world} "
+            "processes; give a --batch-size divisible by the number of processes"
+        )
+
+
 class RankSlices(Sampler[list[int]]):
     """This process's slice of every global batch: items [r b, (r + 1) b) of each, b =
     batch / world, so the slices of all processes make up the one-process batch in order."""
 
     def __init__(self, batches: BatchSampler, ranks: Ranks):
-        if batches.batch_size % ranks.world:
-            raise ValueError(
-                f"a batch of {batches.batch_size} cannot be split between {ranks.world} "
-                "processes; give a --batch-size divisible by the number of processes"
-            )
+        check_divisible(batches.batch_size, ranks)
         self.batches, self.ranks = batches, ranks
         self.size = batches.batch_size // ranks.world
 

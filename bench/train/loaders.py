@@ -12,7 +12,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 from bench.data.datasets import DataSplits, load_run_data
 from bench.data.identity import data_identity
 from bench.runs.config import RunConfig
-from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices
+from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices, check_divisible
 from bench.util.batches import split_loader
 from losses import BenchLoss
 
@@ -60,8 +60,7 @@ class EpochBatches:
         self.batch_size, self.ranks = cfg.batch_size, ranks
         self.m = per_class(cfg, self.labels) if loss.class_balanced else 0
         self.seed = 0
-        if ranks.world > 1:  # a batch that cannot be split: the error now, not in epoch 1
-            RankSlices(BatchSampler(range(0), self.batch_size, drop_last=True), ranks)
+        check_divisible(self.batch_size, ranks)  # the error now, not in epoch 1
 
     def set_epoch(self, seed: int) -> None:
         self.seed = seed
