@@ -160,5 +160,9 @@ def test_a_run_with_aspect_crops_and_loader_workers_finishes_and_is_named_apart(
     assert config["crop_mode"] == "aspect" and 0 < metrics["map@r"] <= 1
     # Every run and baseline records its embedding's health (tests/test_health.py: the maths).
     assert metrics["health_pca_dims"] == 8 and 1 <= metrics["health_pca_components_99"] <= 8
-    for baseline in (tmp_path / "r").glob("*untrained*"):
+    baselines = list((tmp_path / "r").glob("*untrained*"))
+    assert len(baselines) == 2
+    for baseline in baselines:
         assert "health_intra_inter_ratio" in json.loads((baseline / "metrics.json").read_text())
+        # evaluated on the same crops as the run it stands beside
+        assert json.loads((baseline / "config.json").read_text())["crop_mode"] == "aspect"

@@ -63,6 +63,7 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
         epochs=0,
         resize=cfg.resize,
         crop=cfg.crop,
+        crop_mode=cfg.crop_mode,
         val_fraction=cfg.val_fraction,
         val_split=cfg.val_split,
         data_root=cfg.data_root,
