@@ -89,10 +89,46 @@ def test_check_never_passes_with_nothing_checked(tmp_path):
     lines = ["digits,nngk,64,map@r,0.75,2", "digits,nngk,64,nmi,lots,2"]
     baseline.write_text("table,method,dims,metric,value,runs\n" + "\n".join(lines) + "\n")
     out = check("--baseline", baseline, "--results", results)
-    assert out.output.strip() == f"Error: baseline {baseline}, line 3: the value is not a number"
+    line = f"Error: baseline {baseline}, line 3: the value 'lots' is not a number"
+    assert out.output.strip() == line
     baseline.write_text("table,method,dims,metric,value,runs\n" + lines[0] + "\n")
     assert check("--baseline", baseline, "--results", results).exit_code == 0
     nan = check("--baseline", baseline, "--results", results, "--tolerance", "nan")
     assert nan.exit_code == 1 and "--tolerance must be a number >= 0; got nan" in nan.output
     baseline.write_text("table,method,dims,metric,value,runs\ndigits,nngk,64,map@r,nan,2\n")
-    assert "line 2: the value is not a number" in check("--baseline", baseline).output
+    assert "line 2: the value nan is not a number" in check("--baseline", baseline).output
+
+
+def test_a_baseline_line_that_could_never_fail_is_refused_naming_its_line(tmp_path):
+    results = make_results(tmp_path)
+    baseline = tmp_path / "baseline.csv"
+    header = "table,method,dims,metric,value,runs\n"
+    cases = {
+        "digits,nngk,64,map@r,-inf,2": "line 2: the value -inf is not finite",
+        "digits,nngk,64,map@x,0.5,2": "line 2: unknown metric 'map@x'; check compares recall@1",
+        "digits,nngk,sixty,map@r,0.5,2": "line 2: dims 'sixty' is not a positive integer",
+        "digits,nngk,64.5,map@r,0.5,2": "line 2: dims 64.5 is not a positive integer",
+    }
+    for line, reason in cases.items():
+        baseline.write_text(header + line + "\n")
+        out = check("--baseline", baseline, "--results", results)
+        assert out.exit_code == 1 and "no finished run" not in out.output
+        (printed,) = out.output.strip().splitlines()
+        assert printed.startswith(f"Error: baseline {baseline}, {reason}"), printed
+
+
+def test_update_refuses_a_row_whose_runs_are_all_nan(tmp_path):
+    results = make_results(tmp_path)
+    fake_run(results, "l0", "lifted", 64, 0, float("nan"))  # diverged: NaN metrics
+    fake_run(results, "l1", "lifted", 64, 1, float("nan"))
+    baseline = tmp_path / "baseline.csv"
+    out = check("--baseline", baseline, "--results", results, "--update")
+    assert out.exit_code == 1 and not baseline.exists()
+    (line,) = out.output.strip().splitlines()
+    assert "have no value in any run, e.g. digits / lifted / d64 / " in line
+    assert line.endswith(f"{baseline} is left as it is")
+    fake_run(results, "l1", "lifted", 64, 1, 0.4)  # one seed with values: its mean is checked
+    assert check("--baseline", baseline, "--results", results, "--update").exit_code == 0
+    table = pd.read_csv(baseline)
+    lifted = table[(table["method"] == "lifted") & (table["metric"] == "map@r")]
+    assert lifted["value"].tolist() == [0.4] and lifted["runs"].tolist() == [1]

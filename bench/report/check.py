@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -13,28 +14,51 @@ KEYS = ["table", "method", "dims"]
 CHECKED = ("recall@1", "nmi", "map@r", "accuracy", "seen_accuracy", "unseen_accuracy")
 
 
-def current_means(results: Path) -> pd.DataFrame:
-    """Long table (table, method, dims, metric, value, runs): means over seeds."""
+def long_values(results: Path) -> pd.DataFrame:
+    """One row per run and checked metric (table, method, dims, metric, value), NaN kept; only
+    the metrics that some run of the table has (a protocol's own metrics in its tables)."""
     df, _ = load_runs(results)
     if not len(df):
-        return pd.DataFrame(columns=[*KEYS, "metric", "value", "runs"])
+        return pd.DataFrame(columns=[*KEYS, "metric", "value"])
     df = df.assign(method=df["name"])  # the report's row: variants (e.g. FC, GAP) apart
     metrics = [m for m in CHECKED if m in df]
-    long = df.melt(id_vars=KEYS, value_vars=metrics, var_name="metric").dropna()
-    grouped = long.groupby([*KEYS, "metric"])["value"]
+    long = df.melt(id_vars=KEYS, value_vars=metrics, var_name="metric")
+    long["value"] = long["value"].astype(float)
+    applies = long.groupby(["table", "metric"])["value"].transform(lambda v: v.notna().any())
+    return long[applies]
+
+
+def current_means(results: Path) -> pd.DataFrame:
+    """Long table (table, method, dims, metric, value, runs): means over the runs that have a
+    value; a row whose runs all have none is left out (it has no finished run to check)."""
+    grouped = long_values(results).dropna().groupby([*KEYS, "metric"])["value"]
     return grouped.agg(value="mean", runs="size").reset_index()
 
 
+def row_name(table: str, method: str, dims: object, metric: str) -> str:
+    return f"{table} / {method} / d{dims} / {metric}"
+
+
 def write_baseline(results: Path, path: Path) -> pd.DataFrame:
-    means = current_means(results)
-    if not len(means):
+    """The baseline from the runs; a ValueError, leaving `path` as it is, where there are no
+    runs or a row's runs have no value of a metric (a row that could never be checked)."""
+    long = long_values(results)
+    if not len(long):
         raise ValueError(f"no finished runs in {results}; {path} is left as it is")
+    empty = long.groupby([*KEYS, "metric"])["value"].apply(lambda v: v.isna().all())
+    if empty.any():
+        names = [row_name(*key) for key in empty[empty].index]
+        raise ValueError(
+            f"{len(names)} row(s) have no value in any run, e.g. {names[0]} (diverged or "
+            f"NaN); rerun or remove those runs; {path} is left as it is"
+        )
+    means = current_means(results)
     atomic_write_text(path, means.to_csv(index=False, float_format="%.6f"))
     return means
 
 
-def regressions(results: Path, baseline: Path, tolerance: float) -> list[str]:
-    """One line per baseline entry that the runs miss or fall below by more than `tolerance`."""
+def read_baseline(baseline: Path) -> pd.DataFrame:
+    """The stored baseline, every line checked: a ValueError naming the first bad line."""
     try:
         expected = pd.read_csv(baseline)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
@@ -44,18 +68,39 @@ def regressions(results: Path, baseline: Path, tolerance: float) -> list[str]:
         raise ValueError(f"baseline {baseline} lacks columns: {', '.join(sorted(missing_cols))}")
     if not len(expected):
         raise ValueError(f"baseline {baseline} has no rows; write it with `check --update`")
-    values = pd.to_numeric(expected["value"], errors="coerce")
-    if values.isna().any():
-        line = int(values.isna().to_numpy().argmax()) + 2  # the header is line 1
-        raise ValueError(f"baseline {baseline}, line {line}: the value is not a number")
+    for line, row in enumerate(expected.itertuples(index=False), start=2):  # header: line 1
+        fault = line_fault(row)
+        if fault:
+            raise ValueError(f"baseline {baseline}, line {line}: {fault}")
+    values = pd.to_numeric(expected["value"])
+    return expected.assign(value=values, dims=pd.to_numeric(expected["dims"]).astype(int))
+
+
+def line_fault(row) -> str:
+    """What is wrong with one line of a baseline ('' where nothing)."""
+    value = pd.to_numeric(pd.Series([row.value]), errors="coerce").iloc[0]
+    if pd.isna(value):
+        return f"the value {row.value!r} is not a number"
+    if not math.isfinite(value):
+        return f"the value {row.value} is not finite; a baseline must be a measured value"
+    if row.metric not in CHECKED:
+        return f"unknown metric {row.metric!r}; check compares {', '.join(CHECKED)}"
+    dims = pd.to_numeric(pd.Series([row.dims]), errors="coerce").iloc[0]
+    if pd.isna(dims) or dims != int(dims) or dims < 1:
+        return f"dims {row.dims!r} is not a positive integer"
+    return ""
+
+
+def regressions(results: Path, baseline: Path, tolerance: float) -> list[str]:
+    """One line per baseline entry that the runs miss or fall below by more than `tolerance`."""
+    expected = read_baseline(baseline)
     if not tolerance >= 0:  # also NaN
         raise ValueError(f"--tolerance must be a number >= 0; got {tolerance}")
-    expected = expected.assign(value=values)
     now = current_means(results).set_index([*KEYS, "metric"])["value"]
     problems = []
     for row in expected.itertuples(index=False):
         key = (row.table, row.method, row.dims, row.metric)
-        name = f"{row.table} / {row.method} / d{row.dims} / {row.metric}"
+        name = row_name(*key)
         if key not in now.index:
             problems.append(f"{name}: no finished run")
         elif now[key] < row.value - tolerance:
