@@ -69,7 +69,7 @@ def test_copies_of_a_seed_are_one_run_and_nan_metrics_are_left_out_and_counted(r
 
 def test_report_writes_table_csv_plot_and_index(results, tmp_path):
     out = tmp_path / "reports"
-    written, problems = write_report(results, out)
+    written, problems, _ = write_report(results, out)
     assert {p.name for p in written} == {
         "digits.md",
         "digits.csv",
@@ -153,10 +153,28 @@ def test_a_readme_that_is_not_a_report_removes_nothing(results, tmp_path):
     assert (out / "keep.md").read_text() == "mine"
 
 
-def test_report_with_no_runs(tmp_path):
-    written, problems = write_report(tmp_path / "none", tmp_path / "rep")
-    assert problems == [] and sorted(p.name for p in written) == ["README.md", "index.html"]
-    assert "No finished runs" in (tmp_path / "rep" / "README.md").read_text()
+def test_a_results_folder_with_no_runs_is_an_error_that_removes_nothing(results, tmp_path):
+    out = tmp_path / "rep"
+    report = ["report", "--results", str(results), "--out", str(out)]
+    assert CliRunner().invoke(main, report).exit_code == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert len(before) >= 6
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "half").mkdir()
+    (tmp_path / "empty" / "half" / "config.json").write_text("{}")  # unfinished only
+    cases = {
+        tmp_path / "typo": "does not exist; give --results the folder",
+        tmp_path / "empty": "no finished run in",
+        tmp_path / "nothing": "no run folder in",
+    }
+    (tmp_path / "nothing").mkdir()
+    for folder, reason in cases.items():
+        bad = CliRunner().invoke(main, ["report", "--results", str(folder), "--out", str(out)])
+        assert bad.exit_code == 1, bad.output
+        (line,) = bad.output.strip().splitlines()
+        assert line.startswith("Error: ") and reason in line, line
+        assert line.endswith("nothing was written or removed")
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
 def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):
@@ -251,8 +269,9 @@ def test_report_never_overwrites_or_removes_a_file_it_did_not_write(results, tmp
     assert again.exit_code == 0 and (out / "digits.csv").read_text() == "edited by hand"
     assert "55.00" in (out / "digits.md").read_text()  # its own unchanged file is rewritten
     shutil.rmtree(results)
-    CliRunner().invoke(main, report)  # no runs: every table is stale now
-    assert (out / "digits.csv").read_text() == "edited by hand" and not (out / "digits.md").exists()
+    gone = CliRunner().invoke(main, report)  # no runs: an error, and nothing is removed
+    assert gone.exit_code == 1 and "nothing was written or removed" in gone.output
+    assert (out / "digits.csv").read_text() == "edited by hand" and (out / "digits.md").exists()
 
 
 def test_default_report_folder_is_in_results_and_not_read_as_a_run(results, tmp_path, monkeypatch):

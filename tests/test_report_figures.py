@@ -71,7 +71,7 @@ def test_pair_distances_are_the_test_pairs_of_the_run(pairs_results):
 
 def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_results, tmp_path):
     out = tmp_path / "reports"
-    written, problems = write_report(pairs_results, out)
+    written, problems, _ = write_report(pairs_results, out)
     assert problems == []
     names = {p.name for p in written}
     expected = {
@@ -136,23 +136,32 @@ def test_report_with_figures_twice_gives_the_same_bytes(pairs_results, tmp_path)
     assert first == {p.name: p.read_bytes() for p in (tmp_path / "b").iterdir()}
 
 
-def test_a_damaged_run_file_leaves_its_figure_out_and_is_named(pairs_results, tmp_path):
-    results = tmp_path / "results"
+def test_a_damaged_run_file_leaves_out_that_run_alone_and_names_it(pairs_results, tmp_path):
+    results, out = tmp_path / "results", tmp_path / "reports"
     shutil.copytree(pairs_results, results)
-    (run_dir(results, "nngk") / "pr_unseen.csv").write_text("precision,recall\n0.5,oops\n")
-    (run_dir(results, "contrastive") / store.CONFIG).write_text("{not json")
-    written, problems = write_report(results, tmp_path / "reports")
-    run = run_dir(results, "nngk").name
-    message = f"{run}/pr_unseen.csv: column recall, threshold is not numbers"
-    assert problems[0] == f"digits-pairs: pair_figures left out (ValueError: {message})"
-    # The galleries load the data from each best run's configuration: the damaged one is named.
-    assert len(problems) == 2 and problems[1].startswith("digits-pairs: gallery_files left out")
-    assert "unreadable run configuration" in problems[1]
+    nngk, contrastive = run_dir(results, "nngk"), run_dir(results, "contrastive")
+    good = (nngk / "pr_unseen.csv").read_bytes()
+    (nngk / "pr_unseen.csv").write_text("precision,recall\n0.5,oops\n")
+    written, problems, _ = write_report(results, out)
+    assert problems == [
+        f"{nngk.name}: pr_unseen.csv is damaged (column recall, threshold is not numbers); "
+        "the run is left out of digits-pairs"
+    ]
     names = {p.name for p in written}
-    assert {"digits-pairs-categories.md", "digits-pairs-tsne.png"} <= names
-    assert "digits-pairs-pr.png" not in names
-    out = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(tmp_path)])
-    assert out.exit_code == 0 and "skipped digits-pairs: pair_figures left out" in out.output
+    assert {"digits-pairs.md", "digits-pairs-categories.md", "digits-pairs-pr.png"} <= names
+    table = (out / "digits-pairs.md").read_text().split("## Published")[0]
+    assert "| contrastive " in table and "| nngk " not in table
+    (nngk / "pr_unseen.csv").write_bytes(good)
+    # The galleries load the data from the best run's configuration: a damaged one is named.
+    (contrastive / store.CONFIG).write_text("{not json")
+    cli = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(out)])
+    assert cli.exit_code == 0
+    (line,) = [x for x in cli.output.splitlines() if x.startswith("skipped")]
+    assert line.startswith(f"skipped {contrastive.name}: config.json is damaged (unreadable run")
+    assert line.endswith("the run is left out of digits-pairs")
+    table = (out / "digits-pairs.md").read_text().split("## Published")[0]
+    assert "| nngk " in table and "| contrastive " not in table
+    assert (out / "digits-pairs-gallery-nngk.png").is_file()
 
 
 # ---------------------------------------------------------------- Fig. 3, Fig. 4a
@@ -187,7 +196,7 @@ def test_accuracy_against_examples_per_class(tmp_path):
     assert frame["method"].tolist() == ["nngk"] * 3 + ["softmax"] * 3
     assert frame["train_per_class"].tolist() == [5, 20, 40] * 2
     assert frame["accuracy"].tolist() == [0.3, 0.5, 0.8, 0.2, 0.4, 0.7]
-    written, problems = write_report(r, tmp_path / "out")
+    written, problems, _ = write_report(r, tmp_path / "out")
     assert problems == []
     png = tmp_path / "out" / "digits-classify-accuracy-vs-examples.png"
     assert png in written and png.read_bytes().startswith(PNG)
@@ -221,5 +230,5 @@ def test_effect_of_neighbours_reads_k_from_metrics_or_config(tmp_path):
     assert frame["k"].tolist() == [5, 5, 50, 50, 200]
     assert frame["recall@1"].tolist() == pytest.approx([0.6, 0.7, 0.8, 0.9, 0.9])
     assert set(frame["method"]) == {"nngk"}
-    written, _ = write_report(r, tmp_path / "out")
+    written, _, _ = write_report(r, tmp_path / "out")
     assert tmp_path / "out" / "digits-neighbours.png" in written

@@ -2,6 +2,7 @@
 from classify runs on CUB, seed 004 Table 3 and its figures from a pairs run on Tiny ImageNet."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -40,7 +41,7 @@ def miniature_report(tmp_path_factory):
     run("--protocol", "pairs", "--loss", "contrastive", "--dataset", "tinyimagenet",
         "--data-root", tiny, *FAST, "--results", results)  # fmt: skip
     out = tmp / "reports"
-    written, problems = write_report(results, out)
+    written, problems, _ = write_report(results, out)
     mp.undo()
     return results, out, {p.name for p in written}, problems
 
@@ -62,8 +63,11 @@ def test_classification_table_holds_the_classify_runs_accuracy(miniature_report)
 
 def test_categories_table_and_pair_figures_come_from_the_pairs_run(miniature_report):
     results, out, written, _ = miniature_report
-    assert {"tinyimagenet-pairs-pair-distances.png", "tinyimagenet-pairs-pr.png"} <= written
-    rows = md_rows((out / "tinyimagenet-pairs-categories.md").read_text())
+    # The table is named by the data set and a hash of its identity (location, fingerprint).
+    (table,) = {n.removesuffix("-categories.md") for n in written if n.endswith("-categories.md")}
+    assert re.fullmatch(r"tinyimagenet-[0-9a-f]{8}-pairs", table)
+    assert {f"{table}-pair-distances.png", f"{table}-pr.png"} <= written
+    rows = md_rows((out / f"{table}-categories.md").read_text())
     folder = metrics_of(results, "tinyimagenet-pairs-contrastive-")["path"]
     categories = pd.read_csv(folder / "categories_seen.csv")
     ends = best_and_worst(categories, n=3)
@@ -71,7 +75,7 @@ def test_categories_table_and_pair_figures_come_from_the_pairs_run(miniature_rep
         cells = [c for c in rows if category["class_name"] in c and "seen" in c]
         assert cells, category["class_name"]
         assert f"{100 * category['accuracy']:.2f}" in " ".join(cells[0])
-    summary = pd.read_csv(out / "tinyimagenet-pairs.csv")
+    summary = pd.read_csv(out / f"{table}.csv")
     trained = summary[summary["method"] == "contrastive"].iloc[0]
     metrics = metrics_of(results, "tinyimagenet-pairs-contrastive-")
     assert trained["seen_accuracy_mean"] == pytest.approx(metrics["seen_accuracy"], abs=1e-6)

@@ -4,6 +4,7 @@ folders written here in the run store's format."""
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 from bench.report.runs import load_runs, variant_labels
 from bench.report.write import write_report
@@ -87,7 +88,7 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     classify_results, tmp_path
 ):
     out = tmp_path / "reports"
-    written, problems = write_report(classify_results, out)
+    written, problems, _ = write_report(classify_results, out)
     assert problems == []
     assert {"classification.md", "classification.csv", "classification-ablation.csv"} <= {
         p.name for p in written
@@ -100,8 +101,8 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
         "vgg16",
         "imagenet",
         "4096",
-        "80.00 ± 7.07",
-        "75.00 ± 7.07",
+        "80.00 ± 63.53",
+        "75.00 ± 63.53",
         "2",
     ]  # fmt: skip  (runs: the row's distinct seeds, two per loss)
     assert row_of(rows, "resnet50") == ["cub", "resnet50", "imagenet", "2048", "-", "60.00", "1"]
@@ -109,7 +110,9 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     csv = pd.read_csv(out / "classification.csv")
     vgg = csv[csv["backbone"] == "vgg16"].iloc[0]
     assert vgg["softmax mean"] == pytest.approx(0.75) and vgg["nngk mean"] == pytest.approx(0.80)
-    assert vgg["softmax std"] == pytest.approx(np.std([0.7, 0.8], ddof=1), abs=1e-6)
+    # The 95 % t interval of two seeds, as in the main table: t(0.975, 1) * s / sqrt(2).
+    half = stats.t.ppf(0.975, 1) * np.std([0.7, 0.8], ddof=1) / np.sqrt(2)
+    assert vgg["softmax ci"] == pytest.approx(half, abs=1e-6)
     # Seed 000 Table 3 (CUB) from the reference data, beside the measured rows.
     paper = md_rows(published)
     assert row_of(paper, "Table 3", "vgg16")[-2:] == ["78.63", "75.37"]
@@ -135,7 +138,7 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
     section = text.split("## Ablation")[1].split("## Published")[0]
     by_setting = {(row[4], row[5]): row[6:] for row in md_rows(section)[1:]}
     assert by_setting == {
-        ("yes", "yes"): ["80.00 ± 7.07", "2"],
+        ("yes", "yes"): ["80.00 ± 63.53", "2"],
         ("no", "yes"): ["50.00", "1"],
         ("yes", "no"): ["40.00", "1"],
         ("no", "no"): ["20.00", "1"],
@@ -147,7 +150,7 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
 
 def test_no_classification_files_without_classify_runs(tmp_path):
     make_run(tmp_path / "results", "a", loss="nngk")
-    written, _ = write_report(tmp_path / "results", tmp_path / "out")
+    written, _, _ = write_report(tmp_path / "results", tmp_path / "out")
     assert not any(p.name.startswith("classification") for p in written)
 
 
@@ -183,7 +186,7 @@ def test_train_test_table_per_embedding_split_and_method(tmp_path):
     make_run(r, "npair-gap", arrays=arrays, loss="npair", embedding="gap", dims=512, **cub)
     make_run(r, "base", loss="untrained", dims=64, dataset="cub")
     out = tmp_path / "reports"
-    written, problems = write_report(r, out)
+    written, problems, _ = write_report(r, out)
     assert problems == [] and out / "cub-train-test.md" in written
     measured, _, published = (out / "cub-train-test.md").read_text().partition("## Published")
     rows = md_rows(measured)
@@ -199,8 +202,8 @@ def test_train_test_table_per_embedding_split_and_method(tmp_path):
     # runs: the row's distinct seeds (0 and 1), whichever losses ran them
     assert rows[1] == ["FC (train)", "64", "-", "90.00 ± 0.00", "70.00 ± 0.00", "2"]
     assert rows[2] == ["GAP (train)", "512", "50.00", "80.00 ± 0.00", "-", "2"]
-    assert rows[3][3:5] == ["45.00 ± 7.07", "55.00 ± 7.07"]
-    assert rows[4][2:4] == ["50.00", "65.00 ± 7.07"]  # npair's test R@1 is its 0.5
+    assert rows[3][3:5] == ["45.00 ± 63.53", "55.00 ± 63.53"]
+    assert rows[4][2:4] == ["50.00", "65.00 ± 63.53"]  # npair's test R@1 is its 0.5
     _, idx = knn(emb, 1)
     assert (labels[idx[:, 0]] == labels).mean() == 0.5
     csv = pd.read_csv(out / "cub-train-test.csv")
@@ -216,10 +219,10 @@ def test_train_test_table_needs_train_metrics_or_two_embeddings(tmp_path):
     r = tmp_path / "results"
     make_run(r, "a", loss="nngk")
     make_run(r, "b", loss="softmax")
-    written, _ = write_report(r, tmp_path / "out")
+    written, _, _ = write_report(r, tmp_path / "out")
     assert not any("train-test" in p.name for p in written)
     make_run(r, "c", loss="nngk", embedding="gap")  # two embeddings: R@1 of the train npz
-    written, _ = write_report(r, tmp_path / "out")
+    written, _, _ = write_report(r, tmp_path / "out")
     assert (tmp_path / "out" / "digits-train-test.md") in written
 
 
@@ -276,7 +279,7 @@ def test_best_and_worst_categories_averaged_over_seeds(tmp_path):
         tables = {"categories_seen.csv": categories(seed, acc), "categories_unseen.csv": unseen}
         make_run(r, f"c{seed}", tables=tables, seed=seed, seen_accuracy=0.8, **tiny)
     out = tmp_path / "reports"
-    written, problems = write_report(r, out)
+    written, problems, _ = write_report(r, out)
     assert problems == []
     table = pd.read_csv(out / "tinyimagenet-pairs-categories.csv")
     seen_rows = table[table["split"] == "seen"]
@@ -287,7 +290,8 @@ def test_best_and_worst_categories_averaged_over_seeds(tmp_path):
     assert seen_rows["position"].tolist() == [1, 2, 3, 6, 7, 8]
     assert seen_rows["accuracy"].tolist() == pytest.approx([0.8, 0.775, 0.7, 0.35, 0.3, 0.2])
     c00 = seen_rows[seen_rows["class_name"] == "c00"].iloc[0]
-    assert c00["far"] == pytest.approx(0.005) and c00["accuracy_std"] == pytest.approx(0.282843)
+    assert c00["far"] == pytest.approx(0.005)
+    assert c00["accuracy_ci"] == pytest.approx(2.541244, abs=1e-5)  # t(0.975, 1) * 0.2828 / √2
     assert c00["seeds"] == 2
     # Four unseen categories: the best three, and the one left as the worst.
     unseen_rows = table[table["split"] == "unseen"]
@@ -297,7 +301,7 @@ def test_best_and_worst_categories_averaged_over_seeds(tmp_path):
     )
     row = row_of(md_rows(measured), "seen", "c00")
     assert row[:6] == ["contrastive", "96", "seen", "best", "3 of 8", "c00"]
-    assert row[6:] == ["70.00 ± 28.28", "0.50 ± 0.71", "50.00 ± 0.00", "2"]
+    assert row[6:] == ["70.00 ± 254.12", "0.50 ± 6.35", "50.00 ± 0.00", "2"]
     paper = md_rows(published)
     assert row_of(paper, "bullet train")[-5:] == [
         "1 of 100",
@@ -360,7 +364,7 @@ def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path
         "digits-classify-linear",
         "digits-linear",
     ]
-    written, problems = write_report(r, tmp_path / "out")
+    written, problems, _ = write_report(r, tmp_path / "out")
     assert not problems
     rows = md_rows((tmp_path / "out" / "digits-classify-linear.md").read_text())
     assert rows[0][8:12] == ["NMI (best of 5)", "mprec@1", "mprec@10", "mprec@50"]

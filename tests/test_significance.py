@@ -92,7 +92,7 @@ def test_report_marks_significant_differences_and_bolds_a_clear_winner(tmp_path)
         embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
         embedded_run(r, f"same{seed}", "npair", seed + 10, noise=0.6)
         embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
-    written, problems = write_report(r, tmp_path / "rep")
+    written, problems, _ = write_report(r, tmp_path / "rep")
     assert problems == [] and tmp_path / "rep" / "digits-differences.csv" in written
     text = (tmp_path / "rep" / "digits.md").read_text()
     map_cell = column(text, "MAP@R")
@@ -150,3 +150,27 @@ def test_few_seeds_need_welchs_test_to_agree_with_the_bootstrap():
     assert d.significant and 0.05 < p < 0.1 and not significant  # three seeds: not enough
     assert np.isnan(seeds_p_value(a[:1], b))  # one seed: the bootstrap alone decides
     assert differs(a + 0.2, b)[2]  # a gap well beyond the seeds' spread
+
+
+def test_a_row_of_one_seed_is_never_marked_however_far_apart(tmp_path):
+    from bench.report.significance import differs
+
+    rng = np.random.default_rng(0)
+    one, many = rng.normal(0.9, 0.01, (1, 2000)), rng.normal(0.2, 0.01, (3, 2000))
+    d, _, significant = differs(one, many)
+    assert d.significant and not significant  # the bootstrap over queries alone: not enough
+    r = tmp_path / "r"
+    embedded_run(r, "good0", "contrastive", 0, noise=0.4)  # one seed, far better
+    for seed in range(3):
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    write_report(r, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    cells = column(text, "MAP@R")
+    assert not any("▲" in c or "▼" in c or c.startswith("**") for c in cells.values())
+    assert "a row of one seed is never marked" in text
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    assert not differences["significant"].any()
+    assert dict(zip(differences["name"], differences["seeds"], strict=False)) == {
+        "contrastive": 1,
+        "lifted": 3,
+    }

@@ -27,14 +27,18 @@ from bench.cli.options import DEFAULT_RESULTS
 )
 def report(results, out, reference):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
-    from bench.report.manifest import read_manifest, remove_stale
+    from bench.cli.options import os_error_line
     from bench.report.write import write_report
 
-    previous = read_manifest(out)
-    written, problems = write_report(results, out, reference)
+    try:
+        written, problems, removed = write_report(results, out, reference)
+    except ValueError as err:
+        raise click.ClickException(f"{err}; nothing was written or removed") from None
+    except OSError as err:
+        raise click.ClickException(os_error_line(err)) from None
     for line in problems:
         click.echo(f"skipped {line}", err=True)
     for path in written:
         click.echo(str(path))
-    for path in remove_stale(out, previous, written):
+    for path in removed:
         click.echo(f"removed {path} (an earlier report's, not written now)")

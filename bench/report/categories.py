@@ -9,9 +9,12 @@ import pandas as pd
 
 from bench.evaluation.pairs import best_and_worst
 from bench.report.reference import reference_rows
+from bench.report.run_files import saved_numbers
 from bench.report.runs import trained_runs
+from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
     FLOAT,
+    INTERVAL,
     SPLITS,
     Files,
     cell,
@@ -26,16 +29,17 @@ BEST_WORST = 3  # categories at each end (seed 004 Table 3)
 
 def read_categories(run_dir: Path, split: str) -> pd.DataFrame | None:
     path = Path(run_dir) / f"categories_{split}.csv"
-    return pd.read_csv(path, dtype={"class_name": str}) if path.is_file() else None
+    return saved_numbers(path, ["label", "accuracy", "far", "frr"], text=["class_name"])
 
 
 def mean_categories(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Per category: accuracy, FAR and FRR averaged over runs (with `<m>_std`), and `seeds`."""
+    """Per category: accuracy, FAR and FRR averaged over runs (with `<m>_ci`, the 95 % t
+    interval's half-width), and `seeds`."""
     grouped = pd.concat(frames).groupby(["label", "class_name"], sort=True)
     metrics = ["accuracy", "far", "frr"]
     table = grouped[metrics].mean()
     for m in metrics:
-        table[f"{m}_std"] = grouped[m].std()
+        table[f"{m}_ci"] = grouped[m].agg(t_halfwidth)
     table["seeds"] = grouped.size()
     return table.reset_index()
 
@@ -93,7 +97,7 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
             r["rank"],
             f"{r['position']} of {r['of']}",
             r["class_name"],
-            *(cell(r[m], r[f"{m}_std"]) for m in ("accuracy", "far", "frr")),
+            *(cell(r[m], r[f"{m}_ci"]) for m in ("accuracy", "far", "frr")),
             int(r["seeds"]),
         ]
         for _, r in ranked.iterrows()
@@ -102,7 +106,7 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
     text = (
         f"# {table}: the {BEST_WORST} best and worst categories per loss and split\n\n"
         "Pair verification per category (10 positive + 10 negative pairs per test image), x100, "
-        "mean ± std over seeds, ranked by mean accuracy.\n\n"
+        f"{INTERVAL}, ranked by mean accuracy.\n\n"
         + github_table(rows, headers)
         + categories_paper(part["dataset"].iloc[0])
     )

@@ -7,12 +7,14 @@ from collections.abc import Sequence
 import pandas as pd
 
 from bench.report.runs import column_or_nan, format_value, trained_runs, variant_labels
+from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
     FLOAT,
+    INTERVAL,
     Files,
     cell,
     github_table,
-    mean_std_table,
+    mean_ci_table,
     parse_setting,
     percent,
     published_section,
@@ -62,7 +64,7 @@ def classification_table(runs: pd.DataFrame) -> pd.DataFrame:
     if not len(runs):
         return pd.DataFrame()
     runs = runs.assign(column=variant_labels(runs, ABLATION_SETTINGS + tuple(CLASSIFY_ROWS)))
-    return mean_std_table(runs, list(CLASSIFY_ROWS), "column", "accuracy")
+    return mean_ci_table(runs, list(CLASSIFY_ROWS), "column", "accuracy")
 
 
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -77,12 +79,13 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     )
     keys = [*CLASSIFY_ROWS, "fine_tune", "learn_weights"]
     grouped = runs.groupby(keys, sort=True, dropna=False)["accuracy"]
-    return grouped.agg(["mean", "std", "size"]).reset_index().rename(columns={"size": "runs"})
+    table = grouped.agg(["mean", t_halfwidth, "size"]).reset_index()
+    return table.rename(columns={"size": "runs", "t_halfwidth": "ci"})
 
 
 def ablation_markdown(table: pd.DataFrame) -> str:
     rows = [
-        [*(format_value(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["std"]), int(r["runs"])]
+        [*(format_value(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
         for _, r in table.iterrows()
     ]
     return "\n## Ablation (seed 000 Table 5): NNGK test accuracy x100\n\n" + github_table(
@@ -125,7 +128,7 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
         return {}
     text = (
         "# Classification: test accuracy x100 per backbone and loss\n\n"
-        "Mean ± std over seeds (runs = runs in the row); trained backbone, learned NNGK "
+        f"{INTERVAL.capitalize()} (runs = runs in the row); trained backbone, learned NNGK "
         "weights, every training image (seed 000 Tables 3 and 4).\n\n"
     )
     files: Files = {}

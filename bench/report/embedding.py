@@ -10,10 +10,11 @@ from bench.report import figures
 from bench.report.reference import reference_rows
 from bench.report.runs import BASELINE_LOSS, column_or_nan, setting_labels, trained_runs
 from bench.report.setup import setup_columns, setup_line
-from bench.report.significance import REPLICATES, compare_rows, t_halfwidth
+from bench.report.significance import MIN_SEEDS, REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
     COLUMNS,
     FLOAT,
+    INTERVAL,
     PROTOCOL_COLUMNS,
     Files,
     cell,
@@ -110,8 +111,8 @@ def markdown_table(
     return (
         f"# {dataset}: embedding results on the test split\n\n"
         + (f"{setup}\n\n" if setup else "")
-        + "Metrics x100, mean ± 95 % confidence interval over seeds (Student's t; no interval "
-        "with one seed). runs = distinct seeds; copies of a seed count once, as their mean. "
+        + f"Metrics x100, {INTERVAL}. runs = distinct seeds; copies of a seed count once, as "
+        "their mean. "
         + (significance_note(differences) if differences is not None and len(differences) else "")
         + "NMI: one k-means run, as PML's AccuracyCalculator computes it (faiss, 20 "
         "iterations); NMI (best of 5): the best of 5 restarts, what earlier versions called "
@@ -130,9 +131,10 @@ def significance_note(differences: pd.DataFrame) -> str:
         "▲/▼: significantly above/below the reference row of its size and column "
         f"(`report --reference`, else the column's best trained row; {named}), by a "
         f"bootstrap over test queries and seeds ({REPLICATES:,} replicates, 95 %) confirmed "
-        "by Welch's t-test over the seeds (p < 0.05, where both rows have two); **bold**: "
-        "the best row of a column, significantly above the second. R@K and MAP@R only: NMI "
-        "has no per-query score. "
+        f"by Welch's t-test over the seeds (p < 0.05); only between rows of {MIN_SEEDS} seeds "
+        "or more (a row of one seed is never marked: another seed moves it more than its test "
+        "queries do); **bold**: the best row of a column, significantly above the second. R@K "
+        "and MAP@R only: NMI has no per-query score. "
     )
 
 

@@ -32,6 +32,7 @@ from bench.report.gallery_images import (
     saved_test,
     split_images,
 )
+from bench.report.run_files import DamagedRun
 from bench.report.runs import trained_runs
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
@@ -335,7 +336,9 @@ def gallery_files(runs: pd.DataFrame, name: str) -> dict[str, bytes]:
     for _, run in best.iterrows():
         try:
             emb, _ = saved_test(run["path"], data.test)
-        except ValueError:
+        except DamagedRun:
+            raise
+        except ValueError:  # the data changed since the run: its gallery would lie
             continue
         title = f"{run['name']}, d{run['dims']}, seed {run['seed']} (MAP@R {run['map@r']:.3f})"
         files[f"{name}-gallery-{safe_name(str(run['loss']))}.png"] = gallery_figure(

@@ -17,6 +17,7 @@ from torch.utils.data import Dataset
 from bench.data.datasets import DataSplits, load_run_data
 from bench.data.names import FEATURES_PREFIX
 from bench.report.figures import DPI, plt, png_bytes
+from bench.report.run_files import DamagedRun, first_line, saved_embeddings
 from bench.runs import store
 from bench.runs.config import RunConfig
 
@@ -49,7 +50,9 @@ def run_config(run_dir: Path) -> RunConfig:
     try:
         record = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise ValueError(f"{path}: unreadable run configuration ({err})") from None
+        raise DamagedRun(path, f"unreadable run configuration: {first_line(err)}") from None
+    if not isinstance(record, dict):
+        raise DamagedRun(path, "not a JSON object")
     if record.get("protocol") == "linear":  # data_protocol: "file" for a features file
         split = record.get("data_protocol", "metric")
         record["protocol"] = "metric" if split == "file" else split
@@ -111,11 +114,11 @@ def class_name(names: Sequence[str], label: int) -> str:
 def saved_test(run_dir: Path, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
     """A run's saved test embeddings and labels; a one-line ValueError where they are not the
     test split of the data as loaded now (another version of the data, say)."""
-    path = Path(run_dir) / store.EMBEDDINGS
-    if not path.is_file():
+    saved = saved_embeddings(run_dir, store.EMBEDDINGS)
+    if saved is None:
+        path = Path(run_dir) / store.EMBEDDINGS
         raise FileNotFoundError(f"{path} not found; galleries need a finished run")
-    with np.load(path) as saved:
-        emb, labels = saved["embeddings"], saved["labels"]
+    emb, labels = saved
     if not np.array_equal(labels, np.asarray(split.labels)):
         raise ValueError(
             f"{Path(run_dir).name}: its saved test labels are not those of the test split "

@@ -9,6 +9,7 @@ import html
 import os
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -69,6 +70,12 @@ window.addEventListener('load', () => {
 """
 
 
+def url(path: str) -> str:
+    """A relative link in an attribute: percent-encoded (a folder named 'a#1' or '50%' is a
+    path, not a fragment or an escape), then HTML-escaped."""
+    return html.escape(quote(path), quote=True)
+
+
 def inline(text: str) -> str:
     """Markdown's inline marks of our tables (bold, italics, code, links) as HTML, the rest
     escaped."""
@@ -76,7 +83,8 @@ def inline(text: str) -> str:
     text = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
     text = re.sub(r"\*(.+?)\*", r"<i>\1</i>", text)
     text = re.sub(r"`(.+?)`", r"<code>\1</code>", text)
-    return re.sub(r"\[(.+?)\]\((.+?)\)", r'<a href="\2">\1</a>', text)
+    link = r"\[(.+?)\]\((.+?)\)"
+    return re.sub(link, lambda m: f'<a href="{url(html.unescape(m[2]))}">{m[1]}</a>', text)
 
 
 def cells(line: str) -> list[str]:
@@ -118,9 +126,9 @@ def markdown_html(text: str) -> str:
 
 
 def figure_html(name: str, caption: str) -> str:
-    src = html.escape(name)
+    src = url(name)
     return (
-        f'<figure><a href="{src}"><img src="{src}" alt="{src}" loading="eager"></a>'
+        f'<figure><a href="{src}"><img src="{src}" alt="{html.escape(name)}" loading="eager"></a>'
         f"<figcaption>{html.escape(name)}: {html.escape(caption)}</figcaption></figure>"
     )
 
@@ -138,7 +146,7 @@ def group_html(group: str, files: Files) -> str:
             parts.append(figure_html(name, KINDS.get(pattern(group, name), "")))
     csvs = [n for n in names if n.endswith(".csv")]
     if csvs:
-        links = ", ".join(f'<a href="{html.escape(n)}">{html.escape(n)}</a>' for n in csvs)
+        links = ", ".join(f'<a href="{url(n)}">{html.escape(n)}</a>' for n in csvs)
         parts.append(f"<p>As numbers: {links}.</p>")
     return "\n".join(parts)
 
@@ -151,7 +159,7 @@ def runs_html(runs: pd.DataFrame, out: Path) -> str:
     items = []
     for table, part in runs.sort_values(["table", "run"]).groupby("table", sort=False):
         links = [
-            f'<li><a href="{html.escape(os.path.relpath(p, out))}/">{html.escape(r)}</a></li>'
+            f'<li><a href="{url(os.path.relpath(p, out))}/">{html.escape(r)}</a></li>'
             for r, p in zip(part["run"], part["path"], strict=True)
         ]
         items.append(
@@ -164,7 +172,7 @@ def runs_html(runs: pd.DataFrame, out: Path) -> str:
 def index_html(results: Path, out: Path, groups: dict[str, Files], runs: pd.DataFrame) -> str:
     """The page: a menu of the tables, each table's section, and the runs."""
     shown = {g: f for g, f in groups.items() if f}
-    menu = "".join(f'<a href="#{html.escape(g)}">{html.escape(g)}</a>' for g in shown)
+    menu = "".join(f'<a href="#{url(g)}">{html.escape(g)}</a>' for g in shown)
     sections = "\n".join(group_html(g, f) for g, f in shown.items())
     body = sections or "<p>No finished runs.</p>"
     return f"""<!DOCTYPE html>

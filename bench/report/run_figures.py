@@ -3,7 +3,6 @@ mprec@K and a yoked t-SNE of the losses' test embeddings."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +10,7 @@ import pandas as pd
 
 from bench.report import figures, tsne
 from bench.report.classification import classified_runs, fixed_weights, frozen_backbone
+from bench.report.run_files import saved_embeddings, saved_numbers
 from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.table_format import SPLITS, Files
 from bench.report.visualize import subsample
@@ -38,11 +38,10 @@ def examples_frame(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def median_class_size(run_dir: Path) -> float:
-    path = Path(run_dir) / store.TRAIN_EMBEDDINGS
-    if not path.is_file():
+    saved = saved_embeddings(run_dir, store.TRAIN_EMBEDDINGS)
+    if saved is None:
         return float("nan")
-    with np.load(path) as saved:
-        return float(np.median(np.unique(saved["labels"], return_counts=True)[1]))
+    return float(np.median(np.unique(saved[1], return_counts=True)[1]))
 
 
 def neighbours_frame(part: pd.DataFrame) -> pd.DataFrame:
@@ -65,27 +64,14 @@ def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     stacked with `run` = its name and size."""
     frames = []
     for _, run in trained_runs(part)[lambda d: d["loss"] == "nngk"].iterrows():
-        path = Path(run["path"]) / store.HISTORY
-        history = pd.read_csv(path) if path.is_file() else pd.DataFrame()
-        if "mean_centre_distance" in history:
+        history = saved_numbers(Path(run["path"]) / store.HISTORY, ["epoch"])
+        if history is not None and "mean_centre_distance" in history:
             frames.append(history.assign(run=f"{run['name']}, d{run['dims']}"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def read_numbers(path: Path, columns: Sequence[str]) -> pd.DataFrame | None:
-    """A run's CSV table with these numeric columns; None where the run has none; a ValueError
-    naming the file where a column is missing or not numbers."""
-    if not path.is_file():
-        return None
-    frame = pd.read_csv(path)
-    bad = [c for c in columns if c not in frame or not pd.api.types.is_numeric_dtype(frame[c])]
-    if bad:
-        raise ValueError(f"{path.parent.name}/{path.name}: column {', '.join(bad)} is not numbers")
-    return frame
-
-
 def read_pr(run_dir: Path, split: str) -> pd.DataFrame | None:
-    return read_numbers(Path(run_dir) / f"pr_{split}.csv", ["precision", "recall", "threshold"])
+    return saved_numbers(Path(run_dir) / f"pr_{split}.csv", ["precision", "recall", "threshold"])
 
 
 def first_seeds(part: pd.DataFrame) -> pd.DataFrame:
@@ -111,7 +97,7 @@ def distance_panels(part: pd.DataFrame) -> dict[str, pd.DataFrame]:
     panels = {}
     for _, run in first_seeds(part).iterrows():
         for split in SPLITS:
-            pairs = read_numbers(Path(run["path"]) / f"pairs_{split}.csv", ["distance", "same"])
+            pairs = saved_numbers(Path(run["path"]) / f"pairs_{split}.csv", ["distance", "same"])
             if pairs is not None:
                 title = f"{run['name']}, d{run['dims']}, seed {run['seed']}: {split}"
                 panels[title] = figures.distance_frame(pairs["distance"], pairs["same"] == 1)
@@ -138,8 +124,7 @@ def tsne_inputs(part: pd.DataFrame) -> tuple[list[np.ndarray], np.ndarray, list[
     every run), their labels and titles; nothing when fewer than two losses have them."""
     xs, labels, titles = [], None, []
     for _, run in tsne_runs(part).iterrows():
-        with np.load(Path(run["path"]) / store.EMBEDDINGS) as saved:
-            x, y = subsample(saved["embeddings"], saved["labels"], TSNE_POINTS)
+        x, y = subsample(*saved_embeddings(run["path"], store.EMBEDDINGS), TSNE_POINTS)
         if labels is None or np.array_equal(y, labels):
             xs.append(x)
             labels = y
@@ -187,7 +172,7 @@ def mprec_figure(part: pd.DataFrame, table: str) -> Files:
     frames = [
         curve.assign(method=run["method"], dims=run["dims"])
         for _, run in part.iterrows()
-        if (curve := read_numbers(Path(run["path"]) / "mprec.csv", ["K", "mprec"])) is not None
+        if (curve := saved_numbers(Path(run["path"]) / "mprec.csv", ["K", "mprec"])) is not None
     ]
     if not frames:
         return {}

@@ -3,6 +3,7 @@ labels that tell its variants apart."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,7 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import METRIC_KEYS
+from bench.evaluation.retrieval import MPREC_KS
 from bench.runs import store
 from bench.runs.config import RunConfig, untrained_label
 from bench.util.names import safe_name
@@ -30,7 +33,13 @@ SETTINGS = (
     "batch_size",
     "data_fingerprint",
 )
-
+# The protocols' own metrics, checked to be numbers where a run has them.
+OPTIONAL_METRICS = (
+    "nmi_best_of_5",
+    "accuracy",
+    *(f"mprec@{k}" for k in MPREC_KS),
+    *(f"{s}_{m}" for s in ("seen", "unseen") for m in ("accuracy", "far", "frr", "ap")),
+)
 
 DEFAULTS = RunConfig()
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
@@ -81,9 +90,9 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
     runs, problems = store.scan_runs(results)
     rows = []
     for run_dir, metrics in runs:
-        missing = [k for k in (*METRIC_KEYS, "dataset", "loss", "dims", "seed") if k not in metrics]
-        if missing:
-            problems.append(f"{run_dir.name}: metrics.json lacks {', '.join(missing)}")
+        fault = metrics_fault(metrics)
+        if fault:
+            problems.append(f"{run_dir.name}: metrics.json {fault}; the run is left out")
             continue
         if "nmi_best_of_5" not in metrics:  # earlier versions' NMI was the best of 5 restarts
             metrics["nmi_best_of_5"], metrics["nmi"] = metrics["nmi"], float("nan")
@@ -92,7 +101,7 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         # "file" for a features file): their baseline is in the deep runs' table of that split.
         split = metrics.get("data_protocol") or protocol
         split = "metric" if split == "file" else split
-        base = safe_name(metrics["dataset"])
+        base = data_name(metrics)
         base = base if split == "metric" else f"{base}-{split}"
         table = base if protocol == split else f"{base}-{protocol}"
         preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
@@ -106,6 +115,46 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         df.loc[base, "method"] = df[base].apply(baseline_label, axis=1)
         df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
     return df, problems
+
+
+def metrics_fault(metrics: dict) -> str:
+    """What makes a metrics.json unusable ('' where nothing): a missing key, a metric that is
+    not a number, a size or seed that is not an integer."""
+    missing = [k for k in (*METRIC_KEYS, "dataset", "loss", "dims", "seed") if k not in metrics]
+    if missing:
+        return f"lacks {', '.join(missing)}"
+    numbers = [*METRIC_KEYS, *(k for k in OPTIONAL_METRICS if k in metrics)]
+    bad = [k for k in numbers if not is_number(metrics[k])]
+    if bad:
+        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not a number"
+    bad = [k for k in ("dims", "seed") if not isinstance(metrics[k], int) or metrics[k] < 0]
+    if bad:
+        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not an integer"
+    if not isinstance(metrics["dataset"], str) or not isinstance(metrics["loss"], str):
+        return "names its data set or loss by something other than text"
+    return ""
+
+
+def is_number(value: object) -> bool:
+    """A metric's value: a number, or null where it could not be computed (NaN)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def data_name(metrics: dict) -> str:
+    """The name of a run's data in table names: the data set's name, and for data other than
+    the built-in sets a short hash of its identity (its resolved location and fingerprint;
+    for runs that recorded neither, the name as given), so that two data sets whose names
+    read alike ('folder:/data/鳥', 'folder:/data/猫') never share a table."""
+    dataset = str(metrics["dataset"])
+    location = metrics.get("data_location") or ""
+    fingerprint = metrics.get("data_fingerprint") or ""
+    if location or fingerprint:
+        identity = f"{location}\n{fingerprint}"
+    elif dataset.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
+        identity = dataset
+    else:  # digits, glyphs: named in full by their name
+        return safe_name(dataset)
+    return f"{safe_name(dataset)}-{hashlib.sha1(identity.encode()).hexdigest()[:8]}"
 
 
 def baseline_label(run: pd.Series) -> str:

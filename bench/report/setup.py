@@ -21,24 +21,55 @@ SETUP = {
 }
 
 
-def setup_of(runs: pd.DataFrame) -> dict[str, str]:
-    """Each setup field's values among these runs ('-' where the runs did not record it, as
-    runs of earlier versions did not), several joined by ' / ', and the number of seeds."""
-    found = {}
-    for column, name in SETUP.items():
-        values = column_or_nan(runs, column).dropna()
-        texts = {weights_label(v) if column == "pretrained" else format_value(v) for v in values}
-        found[name] = " / ".join(sorted(texts)) or "-"
-    found["seeds"] = str(runs["seed"].nunique())
+def value_text(column: str, value: object) -> str:
+    return weights_label(value) if column == "pretrained" else format_value(value)
+
+
+def field_text(runs: pd.DataFrame, column: str, by: str | None) -> str:
+    """A setup field's value among these runs ('-' where none recorded it, as runs of earlier
+    versions did not); where it differs, each value with the rows (`by`) that had it:
+    'lr 0.001 (nngk, softmax) / 0.01 (contrastive)'."""
+    values = column_or_nan(runs, column)
+    texts = values.dropna().map(lambda v: value_text(column, v))
+    if texts.nunique() <= 1 or by is None or by not in runs:
+        return " / ".join(sorted(set(texts))) or "-"
+    rows = runs.loc[texts.index, by].astype(str)
+    named = (
+        f"{text} ({', '.join(sorted(set(rows[texts == text])))})" for text in sorted(set(texts))
+    )
+    return " / ".join(named)
+
+
+def seeds_text(seeds: pd.Series) -> str:
+    """'1 seed (0)', '3 seeds (0, 1, 2)', '10 seeds (0-9)'."""
+    distinct = sorted(int(s) for s in seeds.dropna().unique())
+    if not distinct:
+        return "no seed recorded"
+    consecutive = distinct == list(range(distinct[0], distinct[-1] + 1))
+    which = (
+        f"{distinct[0]}-{distinct[-1]}"
+        if consecutive and len(distinct) > 3
+        else ", ".join(map(str, distinct))
+    )
+    return f"{len(distinct)} seed{'s' if len(distinct) > 1 else ''} ({which})"
+
+
+def setup_of(runs: pd.DataFrame, by: str | None = None) -> dict[str, str]:
+    """Each setup field's value among these runs, and their seeds; a field that differs names
+    the rows (`by`, e.g. 'name') that had each value."""
+    found = {name: field_text(runs, column, by) for column, name in SETUP.items()}
+    found["seeds"] = seeds_text(runs["seed"])
     return found
 
 
 def setup_line(part: pd.DataFrame) -> str:
-    """'Setup: backbone small_cnn; weights random init; ...; seeds 3.' for a table's trained
-    runs (its baselines are not trained)."""
+    """'Setup: backbone small_cnn; weights random init; ...; 3 seeds (0, 1, 2).' for a
+    table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
-    fields = setup_of(trained if len(trained) else part)
-    return "Setup: " + "; ".join(f"{name} {value}" for name, value in fields.items()) + "."
+    fields = setup_of(trained if len(trained) else part, by="name")
+    seeds = fields.pop("seeds")
+    text = "; ".join(f"{name} {value}" for name, value in fields.items())
+    return f"Setup: {text}; {seeds}."
 
 
 def setup_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -9,8 +9,8 @@ between losses are significant.
   runs' spread widen the interval. A difference is significant when its 95 % percentile
   interval excludes 0 and, where both rows have two seeds or more, Welch's t-test over their
   per-seed means agrees (p < 0.05): resampling three seeds understates their spread, the
-  t-test does not. NMI, which has no per-query score, gets an interval only. With one seed per
-  row, the seeds' spread is not in the test: the table says how many seeds.
+  t-test does not. NMI, which has no per-query score, gets an interval only. A row with one
+  seed is never marked: its spread over seeds is unknown, so no difference to it is.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import pandas as pd
 from scipy import stats
 
 from bench.evaluation.retrieval import query_scores
+from bench.report.run_files import saved_embeddings
 from bench.runs import store
 
 LEVEL = 0.95
 REPLICATES = 2000
+MIN_SEEDS = 2  # seeds each of two rows needs before their difference can be significant
 COMPARED = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
 
 
@@ -41,11 +43,8 @@ def t_halfwidth(values: pd.Series) -> float:
 
 def run_query_scores(run_dir: Path) -> dict[str, np.ndarray] | None:
     """Per-query scores of a run's saved test embeddings; None where it saved none."""
-    path = Path(run_dir) / store.EMBEDDINGS
-    if not path.is_file():
-        return None
-    with np.load(path) as saved:
-        return query_scores(saved["embeddings"], saved["labels"])
+    saved = saved_embeddings(run_dir, store.EMBEDDINGS)
+    return None if saved is None else query_scores(*saved)
 
 
 @dataclass(frozen=True)
@@ -118,7 +117,7 @@ def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.Data
             continue
         for metric in COMPARED:
             out += compare_metric(scores, metric, dims, reference)
-    columns = ["name", "dims", "metric", "reference", "diff", "low", "high", "p_seeds"]
+    columns = ["name", "dims", "metric", "reference", "seeds", "diff", "low", "high", "p_seeds"]
     columns += ["significant"]
     return pd.DataFrame(out, columns=[*columns, "beats_second"])
 
@@ -134,9 +133,12 @@ def seeds_p_value(a: np.ndarray, b: np.ndarray) -> float:
 
 def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
     """The bootstrap difference, Welch's p over seeds, and whether both call it significant:
-    with few seeds the bootstrap's seed resampling is too narrow, the t-test is not."""
+    with few seeds the bootstrap's seed resampling is too narrow, the t-test is not. Never
+    significant where a row has a single seed: resampling its test queries alone says nothing
+    of the loss, since another seed moves a row by more than that."""
     d, p = bootstrap_difference(a, b), seeds_p_value(a, b)
-    return d, p, d.significant and (np.isnan(p) or p < 1 - LEVEL)
+    seeds = min(len(np.atleast_2d(a)), len(np.atleast_2d(b)))
+    return d, p, seeds >= MIN_SEEDS and d.significant and (np.isnan(p) or p < 1 - LEVEL)
 
 
 def compare_metric(scores: dict, metric: str, dims: int, reference: str | None) -> list[list]:
@@ -150,5 +152,6 @@ def compare_metric(scores: dict, metric: str, dims: int, reference: str | None) 
     for name in ranked:
         d, p, significant = differs(scores[name][metric], scores[ref][metric])
         beats = name == ranked[0] and beats_second
-        rows.append([name, dims, metric, ref, d.diff, d.low, d.high, p, significant, beats])
+        seeds = len(scores[name][metric])
+        rows.append([name, dims, metric, ref, seeds, d.diff, d.low, d.high, p, significant, beats])
     return rows

@@ -1,4 +1,4 @@
-"""What every table shares: column names, mean ± std cells, GitHub markdown, the papers'
+"""What every table shares: column names, mean ± interval cells, GitHub markdown, the papers'
 sections."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from tabulate import tabulate
 from bench.evaluation.retrieval import MPREC_KS
 from bench.report.reference import reference_rows
 from bench.report.runs import format_value
+from bench.report.significance import t_halfwidth
 
 PROTOCOL_COLUMNS = {
     "nmi_best_of_5": "NMI (best of 5)",
@@ -35,14 +36,16 @@ COLUMNS = {
 
 
 FLOAT = "%.6f"
+# How every table states its uncertainty (cells are `cell(mean, ci)`).
+INTERVAL = "mean ± 95 % confidence interval over seeds (Student's t; no interval with one seed)"
 Files = dict[str, bytes]
 
 
-def cell(mean: float, std: float) -> str:
+def cell(mean: float, spread: float) -> str:
     if pd.isna(mean):
         return "-"
     text = f"{100 * mean:.2f}"
-    return text if pd.isna(std) else f"{text} ± {100 * std:.2f}"
+    return text if pd.isna(spread) else f"{text} ± {100 * spread:.2f}"
 
 
 def percent(value: float) -> str:
@@ -61,29 +64,29 @@ def one_per_seed(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.Dat
     return df.groupby([*keys, "seed"], sort=True, dropna=False)[values].mean().reset_index()
 
 
-def mean_std_table(df: pd.DataFrame, index: list[str], column: str, value: str) -> pd.DataFrame:
-    """A row per `index` value with `<c> mean` and `<c> std` of `value` over the seeds for
-    each value c of `column` (NaN values left out), and the number of distinct seeds in the
-    row (`runs`)."""
+def mean_ci_table(df: pd.DataFrame, index: list[str], column: str, value: str) -> pd.DataFrame:
+    """A row per `index` value with `<c> mean` and `<c> ci` (half the width of the 95 % t
+    interval, as in the main table) of `value` over the seeds for each value c of `column`
+    (NaN values left out), and the number of distinct seeds in the row (`runs`)."""
     df = one_per_seed(df, [*index, column], [value])
-    stats = df.groupby([*index, column], sort=True, dropna=False)[value].agg(["mean", "std"])
+    stats = df.groupby([*index, column], sort=True, dropna=False)[value].agg(["mean", t_halfwidth])
     stats = stats.unstack(column)
     wide = pd.DataFrame(index=stats.index)
     for c in sorted(df[column].unique()):
         wide[f"{c} mean"] = stats[("mean", c)]
-        wide[f"{c} std"] = stats[("std", c)]
+        wide[f"{c} ci"] = stats[("t_halfwidth", c)]
     wide["runs"] = df.groupby(index, sort=True, dropna=False)["seed"].nunique()
     return wide.reset_index()
 
 
 def wide_markdown(wide: pd.DataFrame, index: dict[str, str]) -> str:
-    """mean_std_table as markdown: the `index` columns (renamed), a mean ± std cell per column
-    value, and the runs."""
+    """mean_ci_table as markdown: the `index` columns (renamed), a mean ± interval cell per
+    column value, and the runs."""
     values = [c.removesuffix(" mean") for c in wide.columns if c.endswith(" mean")]
     rows = [
         [
             *(format_value(r[c]) for c in index),
-            *(cell(r[f"{v} mean"], r[f"{v} std"]) for v in values),
+            *(cell(r[f"{v} mean"], r[f"{v} ci"]) for v in values),
             int(r["runs"]),
         ]
         for _, r in wide.iterrows()

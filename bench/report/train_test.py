@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from bench.evaluation.retrieval import recall_at_k
 from bench.report.reference import reference_rows
+from bench.report.run_files import saved_embeddings
 from bench.report.runs import EMBEDDINGS, column_or_nan, trained_runs, variant_labels
 from bench.report.table_format import (
     FLOAT,
+    INTERVAL,
     Files,
     github_table,
-    mean_std_table,
+    mean_ci_table,
     parse_setting,
     percent,
     published_section,
@@ -26,11 +27,10 @@ from bench.util.knn import knn
 
 def train_recall_at_1(run_dir: Path) -> float:
     """R@1 on a run's saved training embeddings (runs from before train_recall@1 was kept)."""
-    path = Path(run_dir) / store.TRAIN_EMBEDDINGS
-    if not path.is_file():
+    saved = saved_embeddings(run_dir, store.TRAIN_EMBEDDINGS)
+    if saved is None:
         return float("nan")
-    with np.load(path) as saved:
-        embeddings, labels = saved["embeddings"], saved["labels"]
+    embeddings, labels = saved
     _, idx = knn(embeddings, 1)
     return recall_at_k(labels[idx], labels, ks=(1,))["recall@1"]
 
@@ -56,7 +56,7 @@ def train_test_table(part: pd.DataFrame) -> pd.DataFrame:
     for split, value in (("train", train), ("test", runs["recall@1"])):
         row, order = _split_rows(runs["embedding"], split)
         frames.append(runs.assign(row=row, order=order, column=column, value=value))
-    table = mean_std_table(pd.concat(frames), ["order", "row", "dims"], "column", "value")
+    table = mean_ci_table(pd.concat(frames), ["order", "row", "dims"], "column", "value")
     return table.drop(columns="order")
 
 
@@ -95,7 +95,7 @@ def train_test_files(part: pd.DataFrame, table: str) -> Files:
     text = (
         f"# {table}: R@1 x100 on the training and the test split (seed 003 Table 1)\n\n"
         "Per embedding (FC: a linear layer after the backbone; GAP: its global average "
-        "pooling), mean ± std over seeds.\n\n"
+        f"pooling), {INTERVAL}.\n\n"
         + wide_markdown(wide, {"row": "embedding (split)", "dims": "dims"})
         + train_test_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )

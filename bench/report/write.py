@@ -21,7 +21,7 @@ from bench.report.galleries import gallery_files
 from bench.report.health import health_files
 from bench.report.html import index_html
 from bench.report.index import index_text
-from bench.report.manifest import ours, read_manifest, write_manifest
+from bench.report.manifest import publish, read_manifest
 from bench.report.run_figures import (
     centres_figure,
     examples_figure,
@@ -30,11 +30,11 @@ from bench.report.run_figures import (
     pair_figures,
     tsne_figure,
 )
+from bench.report.run_files import DamagedRun
 from bench.report.runs import BASELINE_LOSS, load_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
 from bench.report.tuning import TUNING, tuning_files
-from bench.util.atomic import atomic_write_bytes
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     embedding_files,
@@ -58,7 +58,9 @@ def _build(
     for builder in builders:
         try:
             files.update(builder(runs, name))
-        except Exception as err:  # a damaged run file never stops the report
+        except DamagedRun:
+            raise  # the table is built again without that run
+        except Exception as err:  # a file that no run can mend never stops the report
             problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
     return files
 
@@ -73,35 +75,68 @@ def with_reference(builder: Callable, reference: str | None) -> Callable:
     return embedding_files_against_reference
 
 
+def build_groups(
+    df: pd.DataFrame, builders: Sequence[Callable], problems: list[str]
+) -> dict[str, Files]:
+    """The files of each table, and across classify tables; a run with a damaged file is left
+    out of every table it is in, named among the problems, and the rest is built without it."""
+    while True:
+        found: list[str] = []
+        try:
+            tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
+            parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
+            groups = {t: _build(t, p, builders, found) for t, p in parts.items()}
+            groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], found)
+        except DamagedRun as err:
+            left_out = df["path"] == err.run_dir
+            if not left_out.any():  # never loop: a file outside the runs is a plain fault
+                raise RuntimeError(f"{err}, not a run of {df['path'].iloc[0]}'s folder") from None
+            tables = ", ".join(sorted(df.loc[left_out, "table"].unique()))
+            problems.append(f"{err}; the run is left out of {tables}")
+            df = df[~left_out]
+            continue
+        problems += found
+        return groups
+
+
 def write_report(
     results: Path, out: Path, reference: str | None = None
-) -> tuple[list[Path], list[str]]:
+) -> tuple[list[Path], list[str], list[Path]]:
     """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
     .csv and -ablation.csv; README.md indexing them all, index.html showing them all.
     `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
-    else each column's best."""
+    else each column's best. Returns (files written, problems, earlier report's files removed).
+    A ValueError, with nothing written or removed, where `results` holds no finished run."""
     df, problems = load_runs(results)
+    if not len(df):
+        raise ValueError(no_runs_line(Path(results), problems))
     out = Path(out)
-    tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique()) if len(df) else []
-    parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
-    groups = {t: _build(t, p, builders, problems) for t, p in parts.items()}
-    if len(df):
-        groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems)
+    groups = build_groups(df, builders, problems)
     tuned = tuning_files(results)
     if tuned:
         groups[TUNING] = tuned
     files = {name: data for group in groups.values() for name, data in group.items()}
     files["README.md"] = index_text(results, groups).encode()
     files["index.html"] = index_html(results, out, groups, df).encode()
-    previous, written = read_manifest(out), {}
-    for name, data in files.items():
-        if not ours(out / name, previous):
-            problems.append(
-                f"{out / name}: not a file this report wrote, or changed since; left as it is"
-            )
-            continue
-        atomic_write_bytes(out / name, data)
-        written[name] = data
-    write_manifest(out, written)
-    return [out / name for name in written], problems
+    written, removed = publish(out, files, read_manifest(out))
+    for name in sorted(set(files) - set(written)):
+        problems.append(
+            f"{out / name}: not a file this report wrote, or changed since; left as it is"
+        )
+    return [out / n for n in written], problems, [out / n for n in removed]
+
+
+def no_runs_line(results: Path, problems: list[str]) -> str:
+    """Why there is nothing to report, and what to do."""
+    if not results.is_dir():
+        return (
+            f"results folder {results} does not exist; give --results the folder that `run` "
+            "or `suite` wrote into (default: results)"
+        )
+    if problems:
+        return (
+            f"no finished run in {results} ({len(problems)} folder(s) unfinished or damaged, "
+            f"e.g. {problems[0]}); finish them (run the same command again) first"
+        )
+    return f"no run folder in {results}; train some first (`nngk-bench run` or `suite`)"

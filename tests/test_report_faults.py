@@ -1,0 +1,238 @@
+"""Faults that could make a report wrong, merged or gone without a word: each provoked here."""
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import bench.report.manifest as manifest
+from bench.cli import main
+from bench.report.runs import load_runs
+from bench.report.setup import seeds_text, setup_line
+from bench.report.write import write_report
+from bench.runs import store
+from bench.util.atomic import atomic_write_json
+from tests.test_report import (
+    fake_run,
+    results,  # noqa: F401 (a fixture: finished and damaged runs)
+)
+from tests.test_report_tables import make_run
+
+
+def relabel(run_dir, **changes):
+    path = run_dir / store.METRICS
+    atomic_write_json(path, {**json.loads(path.read_text()), **changes})
+
+
+def folder_runs(r, dataset, location, fingerprint, value):
+    """A raw-input baseline and a trained run of a `folder:` data set."""
+    identity = dict(dataset=dataset, data_location=location, data_fingerprint=fingerprint)
+    name = re.sub(r"\W", "_", location + fingerprint)
+    make_run(r, f"base-{name}", loss="untrained", **identity, **{"map@r": value})
+    make_run(r, f"nngk-{name}", loss="nngk", **identity, **{"map@r": value})
+
+
+def test_data_sets_whose_names_read_alike_never_share_a_table(tmp_path):
+    r = tmp_path / "r"
+    folder_runs(r, "folder:/data/鳥", "/data/鳥", "aaaa", 0.2)
+    folder_runs(r, "folder:/data/猫", "/data/猫", "bbbb", 0.4)
+    folder_runs(r, "folder:my data", "/w/my data", "cccc", 0.6)
+    folder_runs(r, "folder:my-data", "/w/my-data", "dddd", 0.8)
+    folder_runs(r, "folder:my-data", "/w/my-data", "eeee", 0.9)  # its images changed since
+    df, problems = load_runs(r)
+    assert problems == []
+    tables = df.groupby("table")
+    assert tables.ngroups == 5
+    for _, part in tables:  # one data identity a table, its baseline with it
+        assert part[["data_location", "data_fingerprint"]].drop_duplicates().shape[0] == 1
+        assert sorted(part["loss"]) == ["nngk", "untrained"]
+    names = sorted(tables.groups)
+    assert all(re.fullmatch(r"folder-(data-|my-data)-[0-9a-f]{8}", n) for n in names), names
+    written, problems, _ = write_report(r, tmp_path / "rep")
+    assert problems == [] and len([p for p in written if re.fullmatch(r".*-\w{8}\.md", p.name)])
+    assert len({p.name for p in written if p.suffix == ".md"} - {"README.md"}) == 5
+    assert load_runs(r)[0]["table"].tolist() == df["table"].tolist()  # stable names
+
+
+def test_built_in_sets_and_older_runs_keep_their_table_names(tmp_path):
+    r = tmp_path / "r"
+    make_run(r, "g", loss="nngk", dataset="glyphs")
+    make_run(r, "c", loss="nngk", dataset="cars196")  # recorded no identity: an older run
+    make_run(r, "f", loss="nngk", dataset="folder:/x/鳥")  # likewise: its name is its identity
+    make_run(r, "b", loss="nngk", dataset="folder:/x/猫")
+    tables = set(load_runs(r)[0]["table"])
+    assert {"glyphs", "cars196"} <= tables and len(tables) == 4
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def embedded(r, name, loss, seed, noise=0.5):
+    rng = np.random.default_rng([seed, len(loss)])
+    labels = np.repeat(np.arange(6), 5)
+    emb = (np.eye(8)[labels] + rng.normal(0, noise, (30, 8))).astype(np.float32)
+    arrays = {store.EMBEDDINGS: (emb, labels), store.TRAIN_EMBEDDINGS: (emb, labels)}
+    return make_run(r, name, arrays=arrays, loss=loss, seed=seed, dims=8)
+
+
+def test_one_damaged_run_is_left_out_and_named_and_the_table_kept(tmp_path):
+    r, out = tmp_path / "r", tmp_path / "rep"
+    for seed in range(2):
+        embedded(r, f"c{seed}", "contrastive", seed)
+        embedded(r, f"l{seed}", "lifted", seed)
+    truncate(r / "c1" / store.EMBEDDINGS)
+    relabel(r / "l1", **{"map@r": "0.5"})  # a metric that is a string
+    cli = CliRunner().invoke(main, ["report", "--results", str(r), "--out", str(out)])
+    assert cli.exit_code == 0, cli.output
+    skipped = [x for x in cli.output.splitlines() if x.startswith("skipped")]
+    assert len(skipped) == 2
+    assert skipped[0].startswith("skipped l1: metrics.json has map@r = '0.5', not a number")
+    assert skipped[1].startswith("skipped c1: test_embeddings.npz is damaged (")
+    assert skipped[1].endswith("the run is left out of digits")
+    for name in ("digits.md", "digits.csv", "digits.png", "digits-tsne.png"):
+        assert (out / name).is_file(), name
+    table = pd.read_csv(out / "digits.csv").set_index("method")
+    assert table.loc["contrastive", "runs"] == 1 and table.loc["lifted", "runs"] == 1
+
+
+def test_a_truncated_training_file_is_named_too(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded(r, f"c{seed}", "contrastive", seed)
+    relabel(r / "c0", embedding="gap")  # two embeddings: the train/test table reads the files
+    truncate(r / "c1" / store.TRAIN_EMBEDDINGS)
+    written, problems, _ = write_report(r, tmp_path / "rep")
+    assert problems == [
+        "c1: train_embeddings.npz is damaged (File is not a zip file); the run is left out of "
+        "digits"
+    ]
+    table = pd.read_csv(tmp_path / "rep" / "digits-train-test.csv")
+    assert table["runs"].tolist() == [1, 1, 1, 1]  # c0 (GAP) and c2 (FC), each on both splits
+
+
+class Killed(BaseException):
+    """Stands for kill -9: nothing after it runs (not an Exception: no handler catches it)."""
+
+
+def killed_at(monkeypatch, step: int) -> None:
+    """The report's writes stop dead at write number `step` (0: the first)."""
+    real, calls = manifest.atomic_write_bytes, []
+
+    def write(path, data):
+        if len(calls) == step:
+            monkeypatch.setattr(manifest, "atomic_write_bytes", real)
+            raise Killed
+        calls.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(manifest, "atomic_write_bytes", write)
+
+
+def test_a_publish_killed_at_any_write_is_completed_by_the_next(tmp_path, monkeypatch):
+    old = {"a.md": b"a1", "b.md": b"b1", "gone.md": b"g1", "kept.md": b"k1"}
+    new = {"a.md": b"a2", "b.md": b"b1", "c.md": b"c2", "kept.md": b"k2"}
+    for step in range(5):  # the manifest before and after, and the three files it may write
+        out = tmp_path / str(step)
+        manifest.publish(out, old, {})
+        (out / "kept.md").write_bytes(b"mine")  # changed by hand since: never overwritten
+        (out / "notes.txt").write_bytes(b"mine")  # never a report's
+        killed_at(monkeypatch, step)
+        with pytest.raises(Killed):
+            manifest.publish(out, new, manifest.read_manifest(out))
+        written, removed = manifest.publish(out, new, manifest.read_manifest(out))
+        assert sorted(written) == ["a.md", "b.md", "c.md"] and removed in ([], ["gone.md"])
+        files = {p.name: p.read_bytes() for p in out.iterdir()}
+        assert files == {
+            ".nngk-report.json": files[".nngk-report.json"],
+            "a.md": b"a2",
+            "b.md": b"b1",
+            "c.md": b"c2",
+            "kept.md": b"mine",
+            "notes.txt": b"mine",
+        }, step
+        recorded = manifest.read_manifest(out)
+        assert recorded == {n: {manifest.digest(new[n])} for n in ("a.md", "b.md", "c.md")}
+
+
+def test_a_report_killed_midway_is_completed_by_the_next(results, tmp_path, monkeypatch):  # noqa: F811
+    out = tmp_path / "rep"
+    write_report(results, out)
+    fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")  # new numbers
+    killed_at(monkeypatch, 3)
+    with pytest.raises(Killed):
+        write_report(results, out)
+    _, problems, _ = write_report(results, out)
+    assert not [p for p in problems if "not a file this report wrote" in p]
+    assert "55.00" in (out / "digits.md").read_text()
+    recorded = manifest.read_manifest(out)
+    on_disk = {p.name: p.read_bytes() for p in out.iterdir() if p.name != manifest.MANIFEST}
+    assert recorded == {n: {manifest.digest(d)} for n, d in on_disk.items()}
+
+
+def test_a_full_disk_mid_report_leaves_files_whole_and_the_next_report_completes(
+    results,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    out = tmp_path / "rep"
+    write_report(results, out)
+    fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")
+    real, calls = manifest.atomic_write_bytes, []
+
+    def full(path, data):
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device", str(path))
+        calls.append(path)
+        real(path, data)
+
+    monkeypatch.setattr(manifest, "atomic_write_bytes", full)
+    cli = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(out)])
+    assert cli.exit_code == 1 and "no space left on the device" in cli.output
+    assert not list(out.glob(".*.tmp"))
+    monkeypatch.setattr(manifest, "atomic_write_bytes", real)
+    _, problems, _ = write_report(results, out)
+    assert not [p for p in problems if "not a file this report wrote" in p]
+    assert "55.00" in (out / "digits.md").read_text()
+
+
+def test_index_links_survive_paths_with_hash_and_percent(tmp_path):
+    r = tmp_path / "res#1 50%"
+    embedded(r, "run#2", "contrastive", 0)
+    embedded(r, "run%3", "lifted", 1)
+    out = tmp_path / "rep"
+    write_report(r, out)
+    page = (out / "index.html").read_text()
+    assert 'href="../res%231%2050%25/run%232/"' in page
+    assert 'href="../res%231%2050%25/run%253/"' in page
+    assert "#1 50%/" not in page.split("<body>")[1].split("Generated by")[0]
+
+
+def test_the_setup_line_names_which_loss_had_which_value_and_counts_seeds(tmp_path):
+    r = tmp_path / "r"
+    for seed in (0, 1, 2):
+        make_run(r, f"n{seed}", loss="nngk", seed=seed, lr=0.001, sampler="random")
+        make_run(r, f"c{seed}", loss="contrastive", seed=seed, lr=0.01, sampler="16 classes x 4")
+    make_run(r, "s", loss="softmax", seed=0, lr=0.001, sampler="random")
+    line = setup_line(load_runs(r)[0])
+    assert "lr 0.001 (nngk, softmax) / 0.01 (contrastive)" in line
+    assert "sampler 16 classes x 4 (contrastive) / random (nngk, softmax)" in line
+    assert line.endswith("; 3 seeds (0, 1, 2).")
+    assert seeds_text(pd.Series([0])) == "1 seed (0)"
+    assert seeds_text(pd.Series([3, 1])) == "2 seeds (1, 3)"
+    assert seeds_text(pd.Series(range(10))) == "10 seeds (0-9)"
+
+
+@pytest.mark.parametrize("bad", [{"dims": "64"}, {"seed": -1}, {"dataset": 3}])
+def test_a_run_with_a_malformed_record_is_left_out_and_named(tmp_path, bad):
+    r = tmp_path / "r"
+    make_run(r, "ok", loss="nngk")
+    make_run(r, "bad", **{"loss": "nngk", "seed": 1, **bad})
+    df, problems = load_runs(r)
+    assert df["run"].tolist() == ["ok"]
+    (line,) = problems
+    assert line.startswith("bad: metrics.json ") and line.endswith("; the run is left out")
