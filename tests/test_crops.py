@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
 from bench.data.crops import IMAGENET_MEAN, IMAGENET_STD, Crops, RaggedBatch, pad_batch
@@ -25,13 +26,35 @@ def smooth(h: int, w: int) -> torch.Tensor:
     return (torch.stack([torch.sin(3 * c) * 0.5 + 0.5 for c in channels]) * 255).round().byte()
 
 
-def test_pad_batch_puts_images_at_the_top_left_of_a_zero_canvas():
+def test_pad_batch_puts_images_at_the_top_left_of_a_zero_canvas_portrait_ones_transposed():
     a, b = image(5, 7), image(6, 4, seed=1)
     batch = pad_batch([a, b])
-    assert batch.pixels.shape == (2, 3, 6, 7) and batch.sizes.tolist() == [[5, 7], [6, 4]]
-    assert torch.equal(batch.pixels[0, :, :5, :7], a) and torch.equal(batch.pixels[1, :, :6, :4], b)
-    assert batch.pixels[0, :, 5:].sum() == 0 and batch.pixels[1, :, :, 4:].sum() == 0
+    assert batch.pixels.shape == (2, 3, 5, 7) and batch.sizes.tolist() == [[5, 7], [6, 4]]
+    assert batch.transposed.tolist() == [False, True]
+    assert torch.equal(batch.pixels[0, :, :5, :7], a)
+    assert torch.equal(batch.pixels[1, :, :4, :6], b.transpose(1, 2))
+    assert batch.pixels[1, :, 4:].sum() == 0 and batch.pixels[1, :, :, 6:].sum() == 0
     assert len(batch) == 2 and isinstance(batch.to("cpu"), RaggedBatch)
+    assert pad_batch([]).pixels.shape == (0, 3, 0, 0)
+
+
+@pytest.mark.parametrize("mode", ["squash", "aspect"])
+@pytest.mark.parametrize("train", [False, True])
+def test_portrait_images_stored_transposed_give_the_crops_of_the_images_as_given(mode, train):
+    """Each crop against roi_align on that image alone, untransposed, with the same box."""
+    imgs = [image(20, 33), image(41, 20, seed=1), image(20, 20, seed=2), image(57, 22, seed=3)]
+    crops = Crops(12, 20, mode, train=train, flip=False)
+    batch = pad_batch(imgs)
+    assert batch.transposed.tolist() == [False, True, False, True]
+    out = crops(batch, torch.Generator().manual_seed(3))
+    boxes = crops.boxes(batch.sizes.to(torch.float64), torch.Generator().manual_seed(3))
+    mean = torch.tensor(IMAGENET_MEAN)[:, None, None] * 255
+    std = torch.tensor(IMAGENET_STD)[:, None, None] * 255
+    for got, img, box in zip(out, imgs, boxes, strict=True):
+        padded = torch.nn.functional.pad(img, (1, 1, 1, 1)).float()[None]
+        roi = torch.cat([torch.zeros(1), box + 1])[None].float()
+        alone = roi_align(padded, roi, 12, sampling_ratio=-1, aligned=True)[0]
+        assert torch.allclose(got, (alone - mean) / std, atol=1e-4)
 
 
 @pytest.mark.parametrize("mode", ["squash", "aspect"])

@@ -5,12 +5,16 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from PIL import Image
+from torchvision.transforms.v2 import functional as F
 
 import bench.data.image_cache as images
 from bench.cli import main
+from bench.data.crops import Crops
 from bench.data.image_cache import build_cache, load_image, sizes_path
+from bench.data.images import CachedImages
 from tests.fixtures.folder import class_image, make_folder
 from tests.test_protocols import FAST, cached
 
@@ -120,3 +124,64 @@ def test_a_build_killed_between_its_two_files_is_never_read_as_whole(tmp_path):
     cache.unlink()  # as if killed after the sizes' rename
     assert not images.valid_cache(cache, 4, 8)
     assert not images.valid_cache(sizes_path(cache), 4, 8)
+
+
+def strips(folder, shapes):
+    """Noise images of these (height, width) shapes, as PNG files."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    paths = []
+    for i, (h, w) in enumerate(shapes):
+        paths.append(str(folder / f"{i}.png"))
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+EXTREME = [(10, 1000), (1000, 10), (1, 200), (30, 40)]  # (height, width) as on disk
+
+
+@pytest.mark.parametrize("mode", ["squash", "aspect"])
+def test_a_batch_of_extreme_aspect_ratios_is_bounded_by_the_batch_and_resize(tmp_path, mode):
+    """Issue 22: cached with the shorter side 16, these were 16x1600, 1600x16 and 16x3200, and
+    their batch a 1600x3200 canvas per image; now at most 16 x 64 (MAX_ASPECT 4) per image."""
+    resize, crop = 16, 12
+    cache = build_cache(strips(tmp_path / "img", EXTREME), None, resize, tmp_path / "c", workers=1)
+    n = len(EXTREME)
+    data = CachedImages(cache, np.arange(n), np.arange(n), Crops(crop, resize, mode))
+    assert [tuple(data.image(i).shape[:2]) for i in range(n)] == [
+        (1, 64),  # 10x1000: the longer side capped at 4 x 16, the shorter 10 * 64 / 1000 rounded
+        (64, 1),
+        (1, 64),
+        (16, 21),  # an ordinary image as before: the shorter side 16
+    ]
+    batch, _, _ = data.collate([data[i] for i in range(n)])
+    assert batch.pixels.shape == (n, 3, resize, images.MAX_ASPECT * resize)
+    assert batch.pixels.numel() <= n * 3 * resize * images.MAX_ASPECT * resize
+    for train in (False, True):
+        crops = Crops(crop, resize, mode, train=train)
+        out = crops(batch, torch.Generator().manual_seed(0))
+        assert out.shape == (n, 3, crop, crop) and torch.isfinite(out).all()
+    assert data.inputs(side=8).shape == (n, 3 * 8 * 8)  # the raw baseline: one square each
+
+
+def test_the_cap_is_torchvisions_resize_max_size_up_to_rounding():
+    for w, h in [(1000, 20), (20, 1000), (40, 30), (64, 16), (65, 16), (16, 100), (17, 80)]:
+        ours = images.resized_size((w, h), 16)
+        height, width = F.resize(torch.zeros(1, h, w), 16, max_size=64).shape[1:]
+        assert all(abs(a - b) <= 1 for a, b in zip(ours, (width, height), strict=True))
+        assert min(ours) <= 16 and max(ours) <= 64
+    # where torchvision's shorter side would be 0 pixels (it fails), ours is 1
+    assert images.resized_size((200, 1), 16) == (64, 1)
+    assert images.resized_size((1, 5000), 16) == (1, 64)
+
+
+def test_a_cache_of_the_format_without_the_cap_is_not_read(tmp_path, monkeypatch):
+    paths = strips(tmp_path / "img", EXTREME)
+    monkeypatch.setattr(images, "MAX_ASPECT", 1000)
+    monkeypatch.setattr(images, "CACHE_FORMAT", 2)
+    old = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
+    assert cached(old, 4)[2].shape == (8, 1600, 3)
+    monkeypatch.undo()
+    new = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
+    assert new != old and cached(new, 4)[2].shape == (1, 32, 3)
+    assert not images.valid_cache(old, 4, 8)  # nor would it pass as a cache of the new format

@@ -13,6 +13,14 @@ box is larger (a box of exactly crop x crop pixels is copied unchanged). Two pro
   resized to crop x crop; the centre crop of the aspect-kept image for evaluation.
 
 Outside an image the pixels are zero (black), as torchvision's padded crops fill them.
+
+Memory: a batch is one zero canvas holding each image with its longer side along the width
+(`pad_batch`; portrait images are transposed there and their crops transposed back), so the
+canvas is the batch's largest shorter side by its largest longer side, whatever the images'
+orientations. The cache (`bench.data.image_cache`) keeps the shorter side at most `resize` and
+the longer side at most MAX_ASPECT x `resize`, so a batch of B cached images is at most
+B x 3 x resize x (MAX_ASPECT * resize) bytes (256 images at resize 256: 201 MB), and the float32
+copy `roi_align` reads four times that, however extreme the images' aspect ratios.
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ TRIES = 10  # random-resized crop: boxes drawn before falling back to the centre
 
 
 class RaggedBatch(NamedTuple):
-    """Images of different sizes as one uint8 tensor: each at the top left of a zero canvas."""
+    """Images of different sizes as one uint8 tensor: each at the top left of a zero canvas,
+    portrait ones transposed (their longer side along the canvas's width)."""
 
     pixels: torch.Tensor  # (B, 3, H, W) uint8
-    sizes: torch.Tensor  # (B, 2) int64: each image's height and width
+    sizes: torch.Tensor  # (B, 2) int64: each image's height and width (as given, not transposed)
+    transposed: torch.Tensor  # (B,) bool: the image is on the canvas transposed
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> RaggedBatch:
         return RaggedBatch(*(t.to(device, non_blocking=non_blocking) for t in self))
@@ -44,13 +54,17 @@ class RaggedBatch(NamedTuple):
 
 
 def pad_batch(images: list[torch.Tensor]) -> RaggedBatch:
-    """(3, h, w) uint8 images as one RaggedBatch."""
-    sizes = torch.tensor([tuple(img.shape[1:]) for img in images], dtype=torch.int64)
-    height, width = (int(v) for v in sizes.max(dim=0).values) if len(images) else (0, 0)
+    """(3, h, w) uint8 images as one RaggedBatch: a canvas of the largest shorter side by the
+    largest longer side (a 10x1000 and a 1000x10 image need 10x1000, not 1000x1000)."""
+    sizes = torch.tensor([tuple(img.shape[1:]) for img in images], dtype=torch.int64).view(-1, 2)
+    transposed = sizes[:, 0] > sizes[:, 1]
+    short, long = sizes.min(dim=1).values, sizes.max(dim=1).values
+    height, width = (int(short.max()), int(long.max())) if len(images) else (0, 0)
     pixels = torch.zeros((len(images), 3, height, width), dtype=torch.uint8)
-    for canvas, img in zip(pixels, images, strict=True):
+    for canvas, img, turn in zip(pixels, images, transposed.tolist(), strict=True):
+        img = img.transpose(1, 2) if turn else img
         canvas[:, : img.shape[1], : img.shape[2]] = img
-    return RaggedBatch(pixels, sizes)
+    return RaggedBatch(pixels, sizes, transposed)
 
 
 @dataclass(frozen=True)
@@ -75,11 +89,14 @@ class Crops:
     ) -> torch.Tensor:
         """(B, 3, crop, crop) float32 images, ImageNet-normalised, on the batch's device."""
         boxes = self.boxes(batch.sizes.to(torch.float64), generator)
+        turned = batch.transposed
+        boxes = torch.where(turned[:, None], boxes[:, [1, 0, 3, 2]], boxes)  # x and y swapped
         # One zero pixel around the canvas, so that samples outside an image read zero.
         pixels = torch.nn.functional.pad(batch.pixels, (1, 1, 1, 1)).float()
         index = torch.arange(len(boxes), device=boxes.device, dtype=torch.float64)
         rois = torch.cat([index[:, None], boxes + 1], dim=1).to(pixels)
         out = roi_align(pixels, rois, self.crop, sampling_ratio=-1, aligned=True)
+        out = torch.where(turned[:, None, None, None], out.transpose(-1, -2), out)
         if self.train and self.flip:
             mirror = uniform(len(out), generator, out.device) < 0.5
             out = torch.where(mirror[:, None, None, None], out.flip(-1), out)

@@ -6,6 +6,11 @@ the protocol's size and its aspect ratio kept, into a memory-mapped `.npy` file 
 later epochs read raw pixels from it (`bench.data.images`), and crops are made per batch
 (`bench.data.crops`). The images differ in shape, so the file holds them one after another,
 flat, and a second small file (`.sizes.npy`) their heights and widths.
+
+The longer side is at most MAX_ASPECT times the size, as torchvision's Resize(size,
+max_size=MAX_ASPECT * size) gives it: an image more elongated than that has its shorter side
+below the size. A batch's canvas is then bounded by the batch size and the size alone
+(`bench.data.crops`), where a 1x200 strip would otherwise be cached 200 sizes long.
 """
 
 from __future__ import annotations
@@ -24,7 +29,10 @@ from tqdm import tqdm
 from bench.util.progress import log
 
 MAX_PIXELS_VARIABLE = "NNGK_MAX_IMAGE_PIXELS"
-CACHE_FORMAT = 2  # 1: every image squashed to size x size; 2: shorter side to size, ragged
+MAX_ASPECT = 4  # the longer side is at most this many times the size (Resize's max_size)
+# 1: every image squashed to size x size; 2: shorter side to size, ragged; 3: and the longer side
+# at most MAX_ASPECT x size
+CACHE_FORMAT = 3
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
@@ -38,14 +46,14 @@ def to_rgb(img: Image.Image) -> Image.Image:
 
 def load_image(path: str, box: tuple[float, float, float, float] | None, size: int) -> np.ndarray:
     """RGB pixels of one image, cropped to `box` (x1, y1, x2, y2) if given, resized so that its
-    shorter side is `size` (aspect ratio kept); a one-line ValueError naming the file when it
-    cannot be decoded."""
+    shorter side is `size` (aspect ratio kept, the longer side at most MAX_ASPECT x size); a
+    one-line ValueError naming the file when it cannot be decoded."""
     with opened(path) as img:
         img = to_rgb(img)
         region = box_region(img.size, box)
         if region is not None:
             img = img.crop(region)
-        return np.array(img.resize(short_side_size(img.size, size), Image.BILINEAR))
+        return np.array(img.resize(resized_size(img.size, size), Image.BILINEAR))
 
 
 def cached_shape(path: str, box: tuple[float, float, float, float] | None, size: int):
@@ -55,7 +63,7 @@ def cached_shape(path: str, box: tuple[float, float, float, float] | None, size:
         width_height = (
             img.size if region is None else (region[2] - region[0], region[3] - region[1])
         )
-        w, h = short_side_size(width_height, size)
+        w, h = resized_size(width_height, size)
         return h, w
 
 
@@ -87,12 +95,15 @@ def box_region(width_height: tuple[int, int], box) -> tuple[int, int, int, int] 
     return (x1, y1, x2, y2) if x2 > x1 and y2 > y1 else None
 
 
-def short_side_size(width_height: tuple[int, int], size: int) -> tuple[int, int]:
-    """(width, height) with the shorter side `size` and the same aspect ratio, rounded."""
+def resized_size(width_height: tuple[int, int], size: int) -> tuple[int, int]:
+    """(width, height) with the shorter side `size` and the same aspect ratio, rounded; where
+    the longer side would then exceed MAX_ASPECT x size, the longer side that instead."""
     w, h = width_height
-    if w <= h:
-        return size, max(1, round(h * size / w))
-    return max(1, round(w * size / h)), size
+    short, long = min(w, h), max(w, h)
+    new_short, new_long = size, max(1, round(long * size / short))
+    if new_long > MAX_ASPECT * size:
+        new_short, new_long = max(1, round(short * MAX_ASPECT * size / long)), MAX_ASPECT * size
+    return (new_short, new_long) if w <= h else (new_long, new_short)
 
 
 def allow_large_images() -> None:
@@ -123,7 +134,7 @@ def cache_key(paths: list[str], boxes: list | None, size: int) -> str:
     """Names the cache of these images at this size; their sizes and modification times are
     part of it, so a replaced image makes a new cache."""
     items = {"size": size, "paths": paths, "boxes": boxes, "stats": file_stats(paths)}
-    items["format"] = CACHE_FORMAT
+    items["format"], items["max_aspect"] = CACHE_FORMAT, MAX_ASPECT
     return hashlib.sha1(json.dumps(items).encode()).hexdigest()[:16]
 
 
@@ -145,7 +156,7 @@ def pixel_offsets(sizes: np.ndarray) -> np.ndarray:
 
 
 def valid_cache(path: Path, count: int, size: int) -> bool:
-    """Whether a cache holds `count` uint8 images with shorter side `size` and is whole."""
+    """Whether a cache holds `count` uint8 images of `resized_size`'s sizes and is whole."""
     try:
         pixels, sizes, offsets = read_cache(path)
     except (OSError, ValueError, EOFError):
@@ -153,9 +164,17 @@ def valid_cache(path: Path, count: int, size: int) -> bool:
     return (
         pixels.dtype == np.uint8
         and sizes.shape == (count, 2)
-        and bool((sizes.min(axis=1) == size).all())
+        and bool(valid_sizes(sizes, size).all())
         and pixels.shape == (offsets[-1],)
     )
+
+
+def valid_sizes(sizes: np.ndarray, size: int) -> np.ndarray:
+    """Which (N, 2) sizes `resized_size` can give: the shorter side `size` and the longer at
+    most MAX_ASPECT x size, or the longer side MAX_ASPECT x size and the shorter at most `size`."""
+    short, long = sizes.min(axis=1), sizes.max(axis=1)
+    cap = MAX_ASPECT * size
+    return ((short == size) & (long <= cap)) | ((long == cap) & (short >= 1) & (short <= size))
 
 
 def remove_stale_parts(cache_dir: Path) -> None:

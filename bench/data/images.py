@@ -39,11 +39,15 @@ class CachedImages(Dataset):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def image(self, i: int) -> np.ndarray:
-        """The cached (h, w, 3) uint8 pixels of item i."""
+    def opened(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cache's (pixels, sizes, offsets), read once per DataLoader worker."""
         if self._opened is None:
             self._opened = read_cache(self.cache)
-        pixels, sizes, offsets = self._opened
+        return self._opened
+
+    def image(self, i: int) -> np.ndarray:
+        """The cached (h, w, 3) uint8 pixels of item i."""
+        pixels, sizes, offsets = self.opened()
         row = self.rows[i]
         h, w = sizes[row]
         return np.array(pixels[offsets[row] : offsets[row + 1]]).reshape(h, w, 3)
@@ -58,14 +62,16 @@ class CachedImages(Dataset):
     def inputs(self, side: int = RAW_SIDE) -> np.ndarray:
         """The cached pixels in [0, 1], the image stretched to a square and area-averaged to at
         most side x side, flattened: the raw-inputs baseline (a 224-pixel image as given would
-        have 150,528 dimensions)."""
+        have 150,528 dimensions). The square is no larger than the cache's images (their
+        shorter side), and the same for every image and split of the cache, an image too
+        elongated to have that shorter side (`image_cache.MAX_ASPECT`) included."""
+        size = min(side, int(self.opened()[1].min(axis=1).max(initial=1)))
         parts = []
         for i in range(len(self)):
             pixels = torch.from_numpy(self.image(i)).permute(2, 0, 1)[None].float() / 255
-            size = min(side, *pixels.shape[-2:])
             pixels = torch.nn.functional.interpolate(pixels, size=(size, size), mode="area")
             parts.append(pixels.flatten(1).numpy())
-        return np.concatenate(parts) if parts else np.zeros((0, 3 * side * side), np.float32)
+        return np.concatenate(parts) if parts else np.zeros((0, 3 * size * size), np.float32)
 
     def __getstate__(self):
         return {**self.__dict__, "_opened": None}
