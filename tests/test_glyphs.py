@@ -1,4 +1,5 @@
 import hashlib
+import io
 
 import numpy as np
 import pytest
@@ -100,6 +101,43 @@ def test_cache_is_read_back_and_a_damaged_one_is_generated_again(cache, monkeypa
     assert np.array_equal(again, images) and messages[0].startswith("generating " + SMALL)
 
 
+def flip_a_pixel_byte(data: bytes) -> bytes:
+    """The .npz with one byte of its images changed: its zip member fails the CRC check."""
+    at = data.index(b"images.npy") + 400
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
+def other_arrays() -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, images=np.zeros((3, 12, 12), np.uint8), labels=np.zeros(3, np.int64))
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize(
+    "damage, why",
+    [
+        (lambda data: data[: len(data) // 2], "not a whole .npz"),  # truncated: was BadZipFile
+        (lambda data: b"", "not a whole .npz (0 bytes)"),  # empty: was a bare "Aborted!"
+        (flip_a_pixel_byte, "CRC"),
+        (lambda data: other_arrays(), "images of shape (3, 12, 12)"),
+    ],
+    ids=["truncated", "zero bytes", "a changed byte", "other arrays"],
+)
+def test_a_damaged_cache_is_named_and_replaced_whole(cache, damage, why):
+    spec = GlyphSpec.parse(SMALL)
+    images, labels = load_glyphs(spec, say=lambda _: None)
+    (path,) = cache.glob("glyphs-*.npz")
+    path.write_bytes(damage(path.read_bytes()))
+    messages = []
+    again, again_labels = load_glyphs(spec, say=messages.append)
+    assert np.array_equal(again, images) and np.array_equal(again_labels, labels)
+    assert len(messages) == 1 and messages[0].startswith("generating " + SMALL)
+    assert str(path) in messages[0] and why in messages[0]
+    assert [p.name for p in cache.iterdir()] == [path.name]  # replaced, no temporary file left
+    saved = G.read_cache(path, spec)
+    assert np.array_equal(saved[0], images)  # the next run reads it without generating
+
+
 def test_a_run_on_glyphs_says_what_it_does_from_the_start(tmp_path):
     from click.testing import CliRunner
 
@@ -114,7 +152,6 @@ def test_a_run_on_glyphs_says_what_it_does_from_the_start(tmp_path):
         f"Error: batch size 64 exceeds the 32 training items of {name}; give a smaller --batch-size"
     )
     assert first[0].startswith("1 run(s) into") and first[1].startswith("generating " + name)
-    assert f": the baseline 'raw inputs' on the {name} test split" in first[2]
     out = CliRunner().invoke(main, [*args, "--batch-size", "8"])
     assert out.exit_code == 0, out.output
     lines = [line for line in out.stderr.splitlines() if line.strip()]

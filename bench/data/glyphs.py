@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
@@ -180,19 +181,36 @@ def cache_folder() -> Path:
     return Path.home() / ".cache" / "nngk-bench"
 
 
-def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
-    """The images and labels of a glyphs set, from the cache or generated (and then cached)."""
-    path = cache_folder() / f"{NAME}-{spec.fingerprint()}.npz"
-    if path.is_file():
-        try:
-            with np.load(path) as saved:
-                images, labels = saved["images"], saved["labels"]
-            if images.shape == (spec.classes * spec.instances, spec.size, spec.size):
-                return images, labels
-        except (OSError, ValueError, KeyError):
-            pass  # a damaged cache is generated again
+def read_cache(path: Path, spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray] | str:
+    """The cached images and labels of `spec`, or what is wrong with the file: missing, not a
+    whole .npz (truncated, empty, a damaged member fails its CRC check) or not this set's."""
+    if not path.is_file():
+        return "missing"
+    if not zipfile.is_zipfile(path):
+        return f"damaged: not a whole .npz ({path.stat().st_size} bytes)"
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            images, labels = saved["images"], saved["labels"]
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
+        return f"damaged: {' '.join(str(err).split()) or type(err).__name__}"
     count = spec.classes * spec.instances
-    say(f"generating {spec.name()}: {count} images of {spec.size}x{spec.size} into {path}")
+    if images.shape != (count, spec.size, spec.size) or images.dtype != np.uint8:
+        return f"damaged: images of shape {images.shape} and dtype {images.dtype}"
+    if not np.array_equal(labels, np.repeat(np.arange(spec.classes), spec.instances)):
+        return "damaged: other labels"
+    return images, labels
+
+
+def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
+    """The images and labels of a glyphs set, from the cache or generated (and then cached,
+    atomically: a damaged cache is replaced whole, never read)."""
+    path = cache_folder() / f"{NAME}-{spec.fingerprint()}.npz"
+    cached = read_cache(path, spec)
+    if not isinstance(cached, str):
+        return cached
+    count = spec.classes * spec.instances
+    why = "" if cached == "missing" else f" (the cached file was {cached})"
+    say(f"generating {spec.name()}: {count} images of {spec.size}x{spec.size} into {path}{why}")
     images, labels = generate(spec)
     try:
         atomic_save_npz(path, images=images, labels=labels)
