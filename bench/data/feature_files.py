@@ -15,9 +15,10 @@ from bench.data.names import FEATURES_PREFIX
 from bench.util.atomic import atomic_save_npz
 
 SPLITS = ("train", "val", "test")
+ARRAYS = ("features", "labels", "split")
 FORMAT = (
-    "expected an .npz with arrays features (N x F floats), labels (N integers) and split "
-    "(N strings, each 'train', 'val' or 'test')"
+    "expected an .npz with arrays features (N x F floats, F >= 1), labels (N integers) and "
+    "split (N strings, each 'train', 'val' or 'test'), as `nngk-bench features` writes it"
 )
 
 
@@ -59,24 +60,16 @@ def _bad(path: Path, problem: str) -> ValueError:
     return ValueError(f"{path}: {problem}; {FORMAT}")
 
 
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def read_features_file(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, labels, split) of a features file, checked; a one-line ValueError if not."""
     path = Path(path).expanduser()
-    if not path.is_file():
-        raise _bad(path, "no such file")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as err:
-        raise _bad(path, f"not a readable .npz ({' '.join(str(err).split())})") from None
-    missing = [key for key in ("features", "labels", "split") if key not in arrays]
-    if missing:
-        raise _bad(path, f"missing array {', '.join(missing)}")
-    features, labels, split = arrays["features"], arrays["labels"], arrays["split"]
-    if features.ndim != 2 or not np.issubdtype(features.dtype, np.number):
-        raise _bad(path, f"features has shape {features.shape} and dtype {features.dtype}")
-    if not np.isfinite(features).all():
-        raise _bad(path, "features has NaN or infinite values")
+    arrays = _read_arrays(path)
+    features = _checked_features(path, arrays["features"])
+    labels, split = arrays["labels"], arrays["split"]
     n = len(features)
     if labels.shape != (n,) or not np.issubdtype(labels.dtype, np.integer):
         raise _bad(path, f"labels has shape {labels.shape} and dtype {labels.dtype}, for {n} rows")
@@ -88,7 +81,53 @@ def read_features_file(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for which in ("train", "test"):
         if not (split == which).any():
             raise _bad(path, f"no row has split '{which}'")
-    return features.astype(np.float32), labels.astype(np.int64), split
+    return features, labels.astype(np.int64), split
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The file's features, labels and split arrays, as numpy reads them."""
+    if not path.is_file():
+        raise _bad(path, "no such file")
+    if not zipfile.is_zipfile(path):  # numpy would try it as a pickle, and say so
+        raise _bad(path, "not a readable .npz file (not a whole zip archive of .npy arrays)")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [key for key in ARRAYS if key not in npz.files]
+            if missing:
+                raise _bad(path, f"missing array {', '.join(missing)}")
+            return {key: _member(path, npz, key) for key in ARRAYS}
+    except (OSError, EOFError, zipfile.BadZipFile) as err:
+        raise _bad(path, f"not a readable .npz ({_one_line(err)})") from None
+
+
+def _member(path: Path, npz, key: str) -> np.ndarray:
+    try:
+        return npz[key]
+    except ValueError as err:  # an object array (numpy would unpickle it), or not an .npy
+        if "allow_pickle" in str(err):
+            raise _bad(path, f"array {key} holds Python objects, not numbers or strings") from None
+        raise _bad(path, f"array {key} is not a readable .npy array ({_one_line(err)})") from None
+
+
+def _checked_features(path: Path, features: np.ndarray) -> np.ndarray:
+    """The features as float32, or a one-line error for a shape or values no head can use (with
+    0 columns the process would die of a division by zero, SIGFPE, in the first batch)."""
+    if features.ndim != 2:
+        raise _bad(path, f"features has shape {features.shape}, not (N rows, F columns)")
+    if features.shape[1] == 0:
+        raise _bad(path, f"features has shape {features.shape}: no feature columns")
+    if features.dtype.kind not in "iuf":
+        raise _bad(path, f"features has dtype {features.dtype}, not real numbers")
+    with np.errstate(over="ignore"):
+        as_float32 = features.astype(np.float32)
+    bad = ~np.isfinite(as_float32).all(axis=1)
+    if bad.any():
+        raise _bad(
+            path,
+            f"features has NaN, infinite or beyond-float32 values in {int(bad.sum())} row(s), "
+            f"e.g. row {int(bad.argmax())}",
+        )
+    return as_float32
 
 
 def write_features(path: Path, features: np.ndarray, labels: np.ndarray, split: np.ndarray):

@@ -4,6 +4,7 @@ weights API, or a local state dict (loaded with weights_only=True), cut before t
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 import torch
@@ -11,6 +12,7 @@ import torchvision
 from torch import nn
 
 _PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
+_RESAVE = "re-save the weights alone with torch.save(model.state_dict(), PATH)"
 
 
 def _one_line(err: BaseException) -> str:
@@ -51,16 +53,38 @@ def _read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # unpickling raises many different types
         raise ValueError(
-            f"could not load a state dict for {name} from {path!r}: {_one_line(err)}"
-        ) from err
+            f"pretrained={path!r} is not a readable PyTorch state dict for {name} "
+            f"({_load_problem(err)}); {_RESAVE}"
+        ) from None
     if not isinstance(state, Mapping) or not all(
         isinstance(v, torch.Tensor) for v in state.values()
     ):
-        raise ValueError(f"{path!r} does not hold a state dict (a mapping of tensors) for {name}")
+        raise ValueError(
+            f"pretrained={path!r} does not hold a state dict (a mapping of tensors) for {name} "
+            f"but {_describe(state)}; {_RESAVE}"
+        )
     if name == "googlenet":
         # We build GoogLeNet without auxiliary classifiers; their weights are not needed.
         state = {k: v for k, v in state.items() if not k.startswith(("aux1.", "aux2."))}
     return state
+
+
+def _load_problem(err: BaseException) -> str:
+    """Why torch.load(weights_only=True) refused a file, without torch's advice to load it with
+    weights_only=False, which would run whatever code the file holds."""
+    if isinstance(err, OSError) and err.strerror:
+        return f"cannot read it: {err.strerror}"
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(err))
+    if found:
+        return f"it pickles {found.group(1)}; a safe load reads tensors and plain containers only"
+    return "damaged, or not written by torch.save"
+
+
+def _describe(state: object) -> str:
+    if not isinstance(state, Mapping):
+        return f"a {type(state).__name__}"
+    others = [repr(k) for k, v in state.items() if not isinstance(v, torch.Tensor)]
+    return f"a mapping with non-tensor values under {', '.join(others[:3])}"
 
 
 def load_local_state(model: nn.Module, name: str, path: str, source: str = "torchvision's") -> None:
