@@ -191,3 +191,30 @@ def test_a_class_outside_the_class_names_is_refused(tmp_path):
     with pytest.raises(DatasetError) as excinfo:
         read_cars196(root)
     assert_one_line_error(excinfo, "cars_annos.mat", "class 2")
+
+
+def assert_names_the_data_root(message: str, root: Path) -> None:
+    assert f"looked in the data root {root};" in message
+    assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message
+
+
+@pytest.mark.parametrize("layout", ["annos", "torchvision"])
+def test_not_found_names_the_data_root_the_layouts_and_how_to_give_another(tmp_path, layout):
+    with pytest.raises(DatasetError) as excinfo:
+        read_cars196(tmp_path / "absent")
+    assert_one_line_error(excinfo, "root/cars_annos.mat", "root/stanford_cars/")
+    assert_names_the_data_root(str(excinfo.value), tmp_path / "absent")
+    root = make_cars196(tmp_path / "copy", classes=1, per_class=1, layout=layout)
+    shutil.rmtree(root / ("car_ims" if layout == "annos" else "stanford_cars/cars_train"))
+    with pytest.raises(DatasetError) as excinfo:  # a part of the layout missing
+        read_cars196(root)
+    assert_names_the_data_root(str(excinfo.value), root)
+
+
+def test_a_malformed_copy_gets_no_data_root_advice(tmp_path):
+    root = make_cars196(tmp_path, classes=2, per_class=2)
+    mat = scipy.io.loadmat(str(root / "cars_annos.mat"))
+    write_mat(root / "cars_annos.mat", annotations=mat["annotations"], class_names=["only one"])
+    with pytest.raises(DatasetError) as excinfo:
+        read_cars196(root)
+    assert "--data-root" not in str(excinfo.value)

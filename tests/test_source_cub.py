@@ -108,3 +108,16 @@ def test_a_malformed_box_is_refused(tmp_path):
     with pytest.raises(DatasetError) as excinfo:
         read_cub(root)
     assert_one_line_error(excinfo, "bounding_boxes.txt", "4 numbers")
+
+
+@pytest.mark.parametrize("missing", ["", "images", "classes.txt"])
+def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(tmp_path, missing):
+    root = tmp_path / "absent"
+    if missing:
+        root = make_cub(tmp_path, classes=1, per_class=1)
+        target = root / "CUB_200_2011" / missing
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    with pytest.raises(DatasetError) as excinfo:
+        read_cub(root)
+    assert_one_line_error(excinfo, "root/CUB_200_2011/ with images.txt", f"data root {root};")
+    assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in str(excinfo.value)

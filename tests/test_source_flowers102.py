@@ -6,7 +6,7 @@ import pytest
 from scipy.io import loadmat, savemat
 
 from bench.data.sources.base import COLUMNS, DatasetError
-from bench.data.sources.flowers102 import SOURCE, read_flowers102
+from bench.data.sources.flowers102 import LAYOUT, SOURCE, read_flowers102
 from tests.fixtures.flowers102 import make_flowers102
 
 
@@ -94,3 +94,17 @@ def test_missing_variable_or_corrupt_mat(tmp_path: Path) -> None:
     assert "imagelabels.mat" in message and "labels" in message
     (base / "imagelabels.mat").write_bytes(b"not a mat file\n" * 20)
     assert "imagelabels.mat" in _error(base)
+
+
+@pytest.mark.parametrize("missing", ["", "jpg", "setid.mat"])
+def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(
+    tmp_path: Path, missing: str
+) -> None:
+    root = tmp_path / "absent"
+    if missing:
+        root = make_flowers102(tmp_path, classes=1, per_class=1)
+        (target,) = root.glob(f"*/{missing}")
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    message = _error(root)
+    assert LAYOUT in message and SOURCE in message and f"looked in the data root {root};" in message
+    assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message

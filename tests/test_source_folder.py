@@ -64,3 +64,8 @@ def test_fewer_than_two_classes_with_images(tmp_path: Path) -> None:
     (root / "empty").mkdir()
     message = _error(root)
     assert str(root) in message and "1 class folder" in message
+
+
+def test_a_missing_folder_names_its_path_not_the_data_root(tmp_path: Path) -> None:
+    message = _error(tmp_path / "absent")  # folder:PATH gives its own path: no data root used
+    assert str(tmp_path / "absent") in message and "--data-root" not in message

@@ -1,9 +1,10 @@
+import shutil
 from pathlib import Path
 
 import pytest
 
 from bench.data.sources.base import COLUMNS, DatasetError
-from bench.data.sources.leafsnap import INDEX, SOURCE, read_leafsnap
+from bench.data.sources.leafsnap import INDEX, LAYOUT, SOURCE, read_leafsnap
 from tests.fixtures.leafsnap import make_leafsnap, species_names
 
 
@@ -87,3 +88,17 @@ def test_listed_image_missing(tmp_path: Path) -> None:
     (index.parent / image).unlink()
     message = _error(index.parent)
     assert INDEX in message and image in message
+
+
+@pytest.mark.parametrize("missing", ["", "leafsnap-dataset-images.txt"])
+def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(
+    tmp_path: Path, missing: str
+) -> None:
+    root = tmp_path / "absent"
+    if missing:
+        root = make_leafsnap(tmp_path, species=1, lab_per_species=1, field_per_species=1)
+        (target,) = root.glob(f"*/{missing}")
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    message = _error(root)
+    assert LAYOUT in message and SOURCE in message and f"looked in the data root {root};" in message
+    assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from bench.data.sources.base import COLUMNS, DatasetError
-from bench.data.sources.tinyimagenet import SOURCE, read_tinyimagenet
+from bench.data.sources.tinyimagenet import LAYOUT, SOURCE, read_tinyimagenet
 from tests.fixtures.tinyimagenet import make_tinyimagenet
 
 
@@ -114,3 +114,17 @@ def test_wnid_without_words_and_malformed_boxes(tmp_path: Path) -> None:
     words.write_text("".join(x for x in words.open() if not x.startswith(wnid)))
     message = _error(base)
     assert "words.txt" in message and wnid in message
+
+
+@pytest.mark.parametrize("missing", ["", "wnids.txt", "val/images"])
+def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(
+    tmp_path: Path, missing: str
+) -> None:
+    root = tmp_path / "absent"
+    if missing:
+        root = make_tinyimagenet(tmp_path, classes=1, train_per_class=1, val_per_class=1)
+        (target,) = root.glob(f"*/{missing}")
+        shutil.rmtree(target) if target.is_dir() else target.unlink()
+    message = _error(root)
+    assert LAYOUT in message and SOURCE in message and f"looked in the data root {root};" in message
+    assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -16,11 +18,36 @@ class DatasetError(ValueError):
     """A data set that is missing or malformed; the message is one line."""
 
 
+class DatasetNotFound(DatasetError):
+    """A data set, or a file or folder of its layout, that is not where the reader looked."""
+
+
 def require(path: Path, dataset: str, layout: str, source: str) -> Path:
-    """`path` if it exists, else a DatasetError naming it, the expected layout and the source."""
+    """`path` if it exists, else a DatasetNotFound naming it, the expected layout and the
+    source."""
     if not Path(path).exists():
-        raise DatasetError(f"{dataset}: {path} not found; expected {layout}; get it from {source}")
+        raise DatasetNotFound(
+            f"{dataset}: {path} not found; expected {layout}; get it from {source}"
+        )
     return Path(path)
+
+
+def reads_data_root(read: Callable[[Path], pd.DataFrame]) -> Callable[[Path], pd.DataFrame]:
+    """A reader of a data set under the data root (--data-root, else $NNGK_DATA, else ~/data),
+    whose not-found errors also name that root and say how to give another."""
+
+    @functools.wraps(read)
+    def reader(root: Path) -> pd.DataFrame:
+        try:
+            return read(root)
+        except DatasetNotFound as err:
+            where = Path(root).expanduser().absolute()
+            raise DatasetNotFound(
+                f"{err}; looked in the data root {where}; to use another, pass --data-root ROOT "
+                "or set $NNGK_DATA=ROOT"
+            ) from None
+
+    return reader
 
 
 def find_dataset_dir(root: Path, folder: str, marker: str, need) -> Path:

@@ -21,7 +21,13 @@ import numpy as np
 import pandas as pd
 import scipy.io
 
-from bench.data.sources.base import DatasetError, image_table, require
+from bench.data.sources.base import (
+    DatasetError,
+    DatasetNotFound,
+    image_table,
+    reads_data_root,
+    require,
+)
 
 DATASET = "Cars196"
 SOURCE = (
@@ -37,6 +43,7 @@ LAYOUT = f"{ANNOS_LAYOUT}, or {TV_LAYOUT}"
 BOX = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
 
 
+@reads_data_root
 def read_cars196(root: Path) -> pd.DataFrame:
     """The image table of the Cars196 copy under `root` (either layout, see the module doc)."""
     root = Path(root).expanduser().absolute()
@@ -45,7 +52,7 @@ def read_cars196(root: Path) -> pd.DataFrame:
     base = _torchvision_base(root)
     if base is not None:
         return _read_torchvision(base)
-    raise DatasetError(
+    raise DatasetNotFound(
         f"{DATASET}: neither {root / 'cars_annos.mat'} nor {root / 'stanford_cars'} found; "
         f"expected {LAYOUT}; get it from {SOURCE}"
     )

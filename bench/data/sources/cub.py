@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.data.sources.base import DatasetError, image_table, require
+from bench.data.sources.base import DatasetError, image_table, reads_data_root, require
 
 DATASET = "CUB-200-2011"
 SOURCE = "Caltech (https://www.vision.caltech.edu/datasets/cub_200_2011/)"
@@ -25,6 +25,7 @@ FILES = (
 LAYOUT = f"root/CUB_200_2011/ with {', '.join(FILES)} and images/"
 
 
+@reads_data_root
 def read_cub(root: Path) -> pd.DataFrame:
     """The image table of the CUB-200-2011 copy under `root` (see the module doc)."""
     base = _base(Path(root).expanduser().absolute())

@@ -8,7 +8,14 @@ import numpy as np
 import pandas as pd
 from scipy.io import loadmat
 
-from bench.data.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
+from bench.data.sources.base import (
+    DatasetError,
+    find_dataset_dir,
+    image_table,
+    malformed,
+    reads_data_root,
+    require,
+)
 
 NAME = "flowers102"
 SOURCE = "https://www.robots.ox.ac.uk/~vgg/data/flowers/102/"
@@ -35,8 +42,9 @@ def dataset_dir(root: Path) -> Path:
 
 def _mat_ints(path: Path, key: str) -> np.ndarray:
     """The 1xN integer array `key` of a MATLAB file, flattened."""
+    _need(path)
     try:
-        mat = loadmat(_need(path))
+        mat = loadmat(path)
     except Exception as err:  # scipy raises several types for a corrupt file
         problem = " ".join(str(err).split())
         raise _bad(path, f"cannot be read as a MATLAB file ({problem})") from err
@@ -61,6 +69,7 @@ def _splits(path: Path, count: int) -> dict[int, str]:
     return split_of
 
 
+@reads_data_root
 def read_flowers102(root: Path) -> pd.DataFrame:
     """Every labelled image; label is the official class id 1..102, class_name "flower <label>"."""
     base = dataset_dir(root)

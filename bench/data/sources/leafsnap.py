@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.data.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
+from bench.data.sources.base import (
+    DatasetError,
+    find_dataset_dir,
+    image_table,
+    malformed,
+    reads_data_root,
+    require,
+)
 
 NAME = "leafsnap"
 SOURCE = "http://leafsnap.com/dataset/"
@@ -61,6 +68,7 @@ def read_index(path: Path) -> pd.DataFrame:
     return df
 
 
+@reads_data_root
 def read_leafsnap(root: Path) -> pd.DataFrame:
     """All lab and field images (column `source`); label = index in sorted species, no split."""
     base = dataset_dir(root)

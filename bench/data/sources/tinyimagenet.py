@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from bench.data.sources.base import DatasetError, find_dataset_dir, image_table, malformed, require
+from bench.data.sources.base import (
+    DatasetError,
+    find_dataset_dir,
+    image_table,
+    malformed,
+    reads_data_root,
+    require,
+)
 
 NAME = "tinyimagenet"
 SOURCE = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
@@ -120,6 +127,7 @@ def _row(path: Path, label: int, wnid: str, names: dict[str, str], box: Box, spl
     return row | dict(zip(("x1", "y1", "x2", "y2"), box, strict=True))
 
 
+@reads_data_root
 def read_tinyimagenet(root: Path) -> pd.DataFrame:
     """Train and val images (test is unlabelled and left out); label = index in sorted wnids."""
     base = dataset_dir(root)
