@@ -1,19 +1,25 @@
 """Runs dispatched as jobs through submitit: on this machine (`--executor local`) or on a Slurm
 cluster (`--executor slurm`), for `run`, `suite` and `tune`. Every job trains its runs with the same
 code as `run` (finished runs are skipped, interrupted ones resumed), so the same command run
-again submits again and only the missing work is done."""
+again submits again and only the missing work is done. A SIGINT or SIGTERM while the command
+submits or waits cancels its unfinished jobs (`stop`): none trains on behind its back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
 
+from bench.cli.interrupt import Interrupted, output_to, stop, stop_signals
 from bench.util.progress import log
 
+if TYPE_CHECKING:
+    from submitit import Job
+
 EXECUTORS = ("none", "local", "slurm")
+CONTROLLER_LOG = "controllers.log"  # under RESULTS/jobs
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,7 @@ class Dispatch:
     gpus: int = 0  # per job
     cpus: int = 4  # per job
 
-    def submitit_executor(self, results: Path):
+    def submitit_executor(self, results: Path) -> Submitter:
         import submitit
 
         executor = submitit.AutoExecutor(
@@ -42,7 +48,35 @@ class Dispatch:
             if self.partition:
                 params["slurm_partition"] = self.partition
         executor.update_parameters(**params)
-        return executor
+        local = self.executor == "local"
+        return Submitter(executor, Path(results) / "jobs" / CONTROLLER_LOG if local else None)
+
+
+class Submitter:
+    """submitit's executor, for a command's jobs. A SIGINT or SIGTERM during a submission is
+    held until it returns, then cancels every job submitted here (`stop`). A local job's
+    controller writes its own output to RESULTS/jobs/controllers.log, not to the terminal:
+    a Ctrl-C reaches it too, and it answers with a KeyboardInterrupt traceback."""
+
+    def __init__(self, executor, controller_log: Path | None = None):
+        self.executor = executor
+        self.controller_log = controller_log
+        self.jobs: list = []
+
+    def submit(self, fn: Callable, *args) -> Job:
+        return self._submitted(lambda: [self.executor.submit(fn, *args)])[0]
+
+    def map_array(self, fn: Callable, *iterables) -> list[Job]:
+        return self._submitted(lambda: self.executor.map_array(fn, *iterables))
+
+    def _submitted(self, submit: Callable[[], list[Job]]) -> list[Job]:
+        with stop_signals(hold=True) as caught:
+            with output_to(self.controller_log):
+                jobs = submit()
+            self.jobs += jobs
+            if caught:
+                stop(self.jobs, caught[0])
+        return jobs
 
 
 DISPATCH_OPTIONS = (
@@ -113,23 +147,34 @@ def submit_runs(
 
 
 def wait(jobs: list, what: str) -> None:
-    """Wait for the jobs, logging each as it ends; one line for those that failed."""
-    import submitit
-
+    """Wait for the jobs, logging each as it ends; one line for those that failed. A SIGINT or
+    SIGTERM meanwhile cancels those not finished (`stop`)."""
     folder = Path(jobs[0].paths.folder).parent if jobs else ""
     ids = ", ".join(job.job_id for job in jobs)
-    log.info(f"{what}: {len(jobs)} job(s) submitted ({ids}); logs in {folder}")
+    with stop_signals():
+        try:
+            log.info(f"{what}: {len(jobs)} job(s) submitted ({ids}); logs in {folder}")
+            failed = failures(jobs)
+        except Interrupted as signalled:
+            stop(jobs, signalled.signum)
+    if failed:
+        raise click.ClickException(
+            f"{len(failed)} job(s) failed: {'; '.join(failed)}; their logs are in {folder}; "
+            "run the same command again to resume"
+        )
+
+
+def failures(jobs: list) -> list[str]:
+    """Each job as it ends, logged; a "job-id (its error)" for each that failed."""
+    import submitit
+
     failed = []
     for job in submitit.helpers.as_completed(jobs, poll_frequency=2):
         error = job.exception()
         log.info(f"job {job.job_id}: {'failed' if error else 'done'}")
         if error is not None:
             failed.append(f"{job.job_id} ({error_line(error)})")
-    if failed:
-        raise click.ClickException(
-            f"{len(failed)} job(s) failed: {'; '.join(failed)}; their logs are in {folder}; "
-            "run the same command again to resume"
-        )
+    return failed
 
 
 def error_line(error: Exception) -> str:
