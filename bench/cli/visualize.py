@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
+
+from bench.runs import store
+from bench.util.progress import log
 
 
 @click.command()
@@ -44,12 +48,15 @@ def visualize(run_dir, out, max_points, gallery, compare, queries, k):
     """One run's views of how its embedding generalizes (seed 003): joint t-SNE of training
     and test embeddings, the same- vs different-class similarity scatter, and retrieval
     galleries (query images with their nearest test images, framed green or red)."""
+    if compare is not None and not gallery:
+        raise click.UsageError("--compare draws a gallery; leave out --no-gallery")
+    for folder in (run_dir, compare):
+        check_finished(folder)
+    out = out or run_dir
+    log.info(f"visualize {run_dir}: loading its embeddings; the figures go to {out}")
     from bench.report.galleries import check_comparable
     from bench.report.visualize import visualize_run
 
-    if compare is not None and not gallery:
-        raise click.UsageError("--compare draws a gallery; leave out --no-gallery")
-    out = out or run_dir
     try:
         if compare is not None:  # refused before anything is drawn
             check_comparable(run_dir, compare)
@@ -69,9 +76,38 @@ def galleries_or_note(
     images (its other figures are drawn all the same)."""
     from bench.report.galleries import visualize_galleries
     from bench.report.gallery_images import has_images, no_images_error, run_config
+    from bench.report.visualize import drawing
 
-    dataset = run_config(run_dir).dataset
-    if not has_images(dataset):
-        click.echo(str(no_images_error(dataset)))
+    cfg = run_config(run_dir)
+    if not has_images(cfg.dataset):
+        click.echo(str(no_images_error(cfg.dataset)))
         return []
-    return visualize_galleries(run_dir, out, compare, queries, k)
+    names = ["gallery-fixed.png", "gallery-worst.png"]
+    names += [f"gallery-vs-{compare.name}.png"] if compare is not None else []
+    names += ["pair-errors.png"] if cfg.protocol == "pairs" else []
+    with drawing(", ".join(names), f"{cfg.dataset}'s test images, loaded first"):
+        return visualize_galleries(run_dir, out, compare, queries, k)
+
+
+def check_finished(run_dir: Path | None) -> None:
+    """A one-line error for an unfinished run (no metrics.json), before anything is loaded:
+    its embeddings are saved only once it is trained and tested."""
+    if run_dir is None or store.is_finished(run_dir) or not store.is_run(run_dir):
+        return  # not a run at all: loading its embeddings says what is missing
+    raise click.ClickException(
+        f"{run_dir} is an unfinished run (no {store.METRICS}{epochs_trained(run_dir)}): "
+        "visualize draws a finished run's tested embeddings; let the run finish, or if it "
+        "was stopped, run the command that started it again (it resumes), then visualize it"
+    )
+
+
+def epochs_trained(run_dir: Path) -> str:
+    """The message's "; N of M epoch(s) trained", from history.csv (a row an epoch) and
+    config.json; empty where either cannot be read."""
+    try:
+        history = run_dir / store.HISTORY
+        rows = history.read_text().strip().splitlines() if history.is_file() else []
+        total = json.loads((run_dir / store.CONFIG).read_text())["epochs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    return f"; {max(len(rows) - 1, 0)} of {total} epoch(s) trained"

@@ -1,0 +1,109 @@
+"""`nngk-bench visualize`: an unfinished run is refused at once, in one line (issue 22), and a
+finished one's figures are each announced before they are drawn, a long one every few seconds
+while it is drawn, from the command's first second."""
+
+import logging
+import select
+import subprocess
+import sys
+import time
+
+import numpy as np
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.data.datasets import load_dataset
+from bench.report import tsne
+from bench.report import visualize as report_visualize
+from bench.runs.config import RunConfig
+from bench.util.atomic import atomic_save_npz, atomic_write_json
+
+
+def write_run(run, finished: bool, train_labels=None, test_labels=None, epochs_done: int = 2):
+    """A run folder of digits with random embeddings; metrics.json only if `finished`."""
+    rng = np.random.default_rng(0)
+    labels = {"train": train_labels, "test": test_labels}
+    for split, name in (("train", "train_embeddings.npz"), ("test", "test_embeddings.npz")):
+        y = labels[split] if labels[split] is not None else np.repeat(np.arange(5), 12)
+        emb = rng.normal(size=(len(y), 4)).astype(np.float32)
+        atomic_save_npz(run / name, embeddings=emb, labels=np.asarray(y))
+    atomic_write_json(run / "config.json", RunConfig(dataset="digits", dims=4, epochs=5).to_dict())
+    rows = "".join(f"{e},{1 / e:.3f}\n" for e in range(1, epochs_done + 1))
+    (run / "history.csv").write_text("epoch,train_loss\n" + rows)
+    if finished:
+        atomic_write_json(run / "metrics.json", {"map@r": 0.5})
+    return run
+
+
+def test_an_unfinished_run_is_refused_at_once_in_one_line(tmp_path):
+    run = write_run(tmp_path / "run", finished=False)
+    visualize = ["visualize", str(run), "--out", str(tmp_path), "--no-gallery"]
+    command = [sys.executable, "-m", "bench.cli", *visualize]
+    start = time.monotonic()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    seconds = time.monotonic() - start
+    assert done.returncode == 1 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"Error: {run} is an unfinished run (no metrics.json; 2 of 5 epoch(s)")
+    assert "run the command that started it again (it resumes)" in line
+    assert not list(tmp_path.glob("*.png"))
+    assert seconds < 10, f"{seconds:.1f} s: refused only after loading what it draws"
+
+
+def test_an_unfinished_run_to_compare_with_is_refused_too(tmp_path):
+    run = write_run(tmp_path / "run", finished=True)
+    other = write_run(tmp_path / "other", finished=False, epochs_done=0)
+    (other / "history.csv").unlink()  # stopped in its first epoch
+    out = CliRunner().invoke(main, ["visualize", str(run), "--compare", str(other)])
+    assert out.exit_code == 1
+    assert f"Error: {other} is an unfinished run (no metrics.json; 0 of 5 epoch(s)" in out.output
+    assert not list(run.glob("*.png"))
+
+
+def test_the_first_line_comes_before_anything_slow(tmp_path):
+    run = write_run(tmp_path / "run", finished=True)
+    command = [sys.executable, "-m", "bench.cli", "visualize", str(run), "--no-gallery"]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        ready, _, _ = select.select([proc.stderr], [], [], 5.0)
+        assert ready, "nothing said in its first 5 s"
+        assert proc.stderr.readline().startswith(f"visualize {run}: loading its embeddings")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_each_figure_is_announced_and_a_long_one_keeps_saying_so(tmp_path, monkeypatch, caplog):
+    digits = load_dataset("digits")
+    train_y, test_y = np.asarray(digits.train.labels), np.asarray(digits.test.labels)
+    run = write_run(tmp_path / "run", finished=True, train_labels=train_y, test_labels=test_y)
+    seen_before_tsne = []
+
+    def slow_tsne(*args):  # a t-SNE that takes a while, and no real one (not tested here)
+        seen_before_tsne.extend(r.getMessage() for r in caplog.records)
+        time.sleep(0.5)
+        return b"t-SNE"
+
+    monkeypatch.setattr(tsne, "joint_tsne", slow_tsne)
+    monkeypatch.setattr(report_visualize, "HEARTBEAT_S", 0.1)
+    caplog.set_level(logging.INFO, logger="nngk-bench")
+    out = CliRunner().invoke(main, ["visualize", str(run), "--out", str(tmp_path / "out")])
+    assert out.exit_code == 0, out.output
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == f"visualize {run}: loading its embeddings; the figures go to {tmp_path}/out"
+    tsne_line = f"drawing tsne.png: one t-SNE of {len(train_y)} training and {len(test_y)} test"
+    assert seen_before_tsne[-1].startswith(tsne_line)
+    assert sum(m.startswith("still drawing tsne.png (") for m in said) >= 2
+    assert said.index(seen_before_tsne[-1]) < said.index(next(m for m in said if "similarity" in m))
+    assert any(m.startswith("drawing gallery-fixed.png, gallery-worst.png: digits") for m in said)
+    drawn = {p.name for p in (tmp_path / "out").iterdir()}
+    assert drawn == {"tsne.png", "similarity.png", "gallery-fixed.png", "gallery-worst.png"}
+
+
+def test_a_quick_figure_says_nothing_more(caplog):
+    caplog.set_level(logging.INFO, logger="nngk-bench")
+    start = time.monotonic()
+    with report_visualize.drawing("x.png", "a quick one"):
+        pass
+    assert [r.getMessage() for r in caplog.records] == ["drawing x.png: a quick one"]
+    assert time.monotonic() - start < 1  # the heartbeat thread does not hold it up
