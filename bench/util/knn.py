@@ -3,12 +3,21 @@
 Exact search is a flat squared-L2 index; `approximate_knn` is an IVF-Flat index with its recall
 measured against exact search. Both, and k-means, run on the GPU when faiss has GPU support and
 sees a GPU (unless NNGK_FAISS_GPU=0), on the CPU otherwise.
+
+On the CPU, faiss runs on CPU_THREADS threads whatever the process's thread count, so that its
+results are the same to the bit on any number of cores (issue 22): faiss computes squared
+distances as |x|^2 + |y|^2 - 2 x.y with a BLAS matrix product (OpenBLAS, from 20 queries on),
+whose rounding depends on how many threads share it. At NNGK's first refresh on glyphs (2,400 x
+512-d) one thread and two gave distances up to 3e-7 apart and 22 of the 2,400 neighbour lists in
+another order, and so NNGK gradients that differed from the first step on.
 """
 
 from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import faiss
 import numpy as np
@@ -18,6 +27,10 @@ GPU_ENV = "NNGK_FAISS_GPU"
 GPU_MAX_K = 2048
 MIN_POINTS_PER_LIST = 39  # faiss warns when k-means has fewer training points per centroid
 MAX_POINTS_PER_LIST = 256  # and samples down to this many itself: we sample first, seeded
+# faiss's threads on the CPU: fixed, so that results do not depend on the machine (see above). On
+# this 2-core machine, loaded by other work, one thread searched 2,400 x 512-d (k 101) in 0.37 s,
+# two in 0.38 s; on an idle machine two would be up to twice as fast.
+CPU_THREADS = 1
 
 _gpu_resources = None
 
@@ -34,6 +47,21 @@ def uses_gpu() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
+@contextmanager
+def cpu_threads(gpu: bool = False) -> Iterator[None]:
+    """faiss's CPU work inside runs on CPU_THREADS threads (the OpenMP setting of this thread,
+    which torch may share, restored after); nothing changes for work on the GPU."""
+    if gpu:
+        yield
+        return
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(CPU_THREADS)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def _to_gpu(index: faiss.Index) -> faiss.Index:
     """The index on the first visible GPU, with one set of GPU resources for the process."""
     global _gpu_resources
@@ -42,18 +70,21 @@ def _to_gpu(index: faiss.Index) -> faiss.Index:
     return faiss.index_cpu_to_gpu(_gpu_resources, 0, index)
 
 
-def _on_device(index: faiss.Index, k: int) -> faiss.Index:
+def _gpu_for(k: int) -> bool:
     # A search for more than GPU_MAX_K results fails on the GPU: it stays on the CPU.
-    return _to_gpu(index) if uses_gpu() and k <= GPU_MAX_K else index
+    return uses_gpu() and k <= GPU_MAX_K
 
 
 def search(base: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact (flat) squared-L2 k nearest rows of `base` for every query: (distances, indices)."""
     base = _as_float32(base)
     k = min(k, len(base))
-    index = _on_device(faiss.IndexFlatL2(base.shape[1]), k)
-    index.add(base)
-    return index.search(_as_float32(queries), k)
+    gpu = _gpu_for(k)
+    index = faiss.IndexFlatL2(base.shape[1])
+    index = _to_gpu(index) if gpu else index
+    with cpu_threads(gpu):
+        index.add(base)
+        return index.search(_as_float32(queries), k)
 
 
 def _drop_self(
@@ -84,20 +115,24 @@ def default_nlist(n: int) -> int:
     return max(1, min(round(4 * math.sqrt(n)), n // MIN_POINTS_PER_LIST))
 
 
-def _ivf_index(x: np.ndarray, nlist: int, nprobe: int, k: int, seed: int) -> faiss.Index:
-    """An IVF-Flat index of x, trained on a seeded sample of at most 256 points per list."""
+def _ivf_search(
+    x: np.ndarray, nlist: int, nprobe: int, k: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest rows of x for every row, from an IVF-Flat index of x trained on a seeded
+    sample of at most 256 points per list, probing `nprobe` lists."""
     index = faiss.IndexIVFFlat(faiss.IndexFlatL2(x.shape[1]), x.shape[1], nlist)
-    gpu = uses_gpu() and k <= GPU_MAX_K
+    gpu = _gpu_for(k)
     if gpu:
         index = _to_gpu(index)
         nprobe = min(nprobe, GPU_MAX_K)
     rng = np.random.default_rng(seed)
     sample = min(len(x), MAX_POINTS_PER_LIST * nlist)
-    index.train(x[np.sort(rng.choice(len(x), sample, replace=False))])
-    index.add(x)
-    space = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
-    space.set_index_parameter(index, "nprobe", min(nprobe, nlist))
-    return index
+    with cpu_threads(gpu):
+        index.train(x[np.sort(rng.choice(len(x), sample, replace=False))])
+        index.add(x)
+        space = faiss.GpuParameterSpace() if gpu else faiss.ParameterSpace()
+        space.set_index_parameter(index, "nprobe", min(nprobe, nlist))
+        return index.search(x, k)
 
 
 def ivf_knn(
@@ -111,7 +146,7 @@ def ivf_knn(
     nlist = default_nlist(n) if nlist is None else nlist
     if not 1 <= nlist <= n or nprobe < 1:
         raise ValueError(f"IVF search needs 1 <= nlist <= {n}, nprobe >= 1; got {nlist}, {nprobe}")
-    dist, idx = _ivf_index(x, nlist, nprobe, k + 1, seed).search(x, k + 1)
+    dist, idx = _ivf_search(x, nlist, nprobe, k + 1, seed)
     # A query whose probed lists hold fewer than k + 1 points is padded with -1: search it exactly.
     short = (idx < 0).any(axis=1)
     if short.any():
@@ -159,9 +194,11 @@ def kmeans_assign(x: np.ndarray, n_clusters: int, **options) -> np.ndarray:
     seed, ...), and it runs on the GPU when `uses_gpu`."""
     x = _as_float32(x)
     options = {"verbose": False, **options}
-    if uses_gpu():
+    gpu = uses_gpu()
+    if gpu:
         options["gpu"] = True
     kmeans = faiss.Kmeans(x.shape[1], n_clusters, **options)
-    kmeans.train(x)
-    _, assignment = kmeans.index.search(x, 1)
+    with cpu_threads(gpu):
+        kmeans.train(x)
+        _, assignment = kmeans.index.search(x, 1)
     return assignment[:, 0]
