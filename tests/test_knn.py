@@ -108,7 +108,7 @@ def test_kmeans_assign_is_faiss_kmeans_on_the_cpu(bank):
 
 def test_cpu_results_are_the_same_on_any_number_of_threads(monkeypatch):
     """faiss's BLAS product (|x|^2 + |y|^2 - 2 x.y, from 20 queries on) rounds by how its
-    threads split it: on the CPU, faiss runs on CPU_THREADS whatever the process's OpenMP
+    threads split it: on the CPU, faiss runs on faiss_threads() whatever the process's OpenMP
     setting, which it leaves as it found it (issue 22). Without that, these 2,400 x 512-d points
     got other distances on 2 and on 3 threads than on 1."""
     monkeypatch.setenv("NNGK_FAISS_GPU", "0")
@@ -126,6 +126,22 @@ def test_cpu_results_are_the_same_on_any_number_of_threads(monkeypatch):
     finally:
         faiss.omp_set_num_threads(before)
     assert found[2] == found[1] and found[3] == found[1]
+
+
+def test_faiss_threads_are_the_machines_or_the_environments(monkeypatch):
+    from bench.util.knn import MAX_THREADS, THREADS_ENV, faiss_threads
+
+    monkeypatch.delenv(THREADS_ENV, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert faiss_threads() == MAX_THREADS
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    assert faiss_threads() == 2
+    monkeypatch.setenv(THREADS_ENV, "3")
+    assert faiss_threads() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv(THREADS_ENV, bad)
+        with pytest.raises(ValueError, match=f"NNGK_FAISS_THREADS='{bad}': expected a positive"):
+            faiss_threads()
 
 
 class FakeGpu:

@@ -4,8 +4,8 @@ Exact search is a flat squared-L2 index; `approximate_knn` is an IVF-Flat index 
 measured against exact search. Both, and k-means, run on the GPU when faiss has GPU support and
 sees a GPU (unless NNGK_FAISS_GPU=0), on the CPU otherwise.
 
-On the CPU, faiss runs on CPU_THREADS threads whatever the process's thread count, so that its
-results are the same to the bit on any number of cores (issue 22): faiss computes squared
+On the CPU, faiss runs on `faiss_threads()` threads whatever the process's own thread count, so
+that runs on one machine agree to the bit (issue 22): faiss computes squared
 distances as |x|^2 + |y|^2 - 2 x.y with a BLAS matrix product (OpenBLAS, from 20 queries on),
 whose rounding depends on how many threads share it. At NNGK's first refresh on glyphs (2,400 x
 512-d) one thread and two gave distances up to 3e-7 apart and 22 of the 2,400 neighbour lists in
@@ -27,10 +27,22 @@ GPU_ENV = "NNGK_FAISS_GPU"
 GPU_MAX_K = 2048
 MIN_POINTS_PER_LIST = 39  # faiss warns when k-means has fewer training points per centroid
 MAX_POINTS_PER_LIST = 256  # and samples down to this many itself: we sample first, seeded
-# faiss's threads on the CPU: fixed, so that results do not depend on the machine (see above). On
-# this 2-core machine, loaded by other work, one thread searched 2,400 x 512-d (k 101) in 0.37 s,
-# two in 0.38 s; on an idle machine two would be up to twice as fast.
-CPU_THREADS = 1
+THREADS_ENV = "NNGK_FAISS_THREADS"
+MAX_THREADS = 8  # a default beyond this would mostly oversubscribe a job's share of a big node
+
+
+def faiss_threads() -> int:
+    """faiss's threads on the CPU: $NNGK_FAISS_THREADS, else the machine's cores (at most 8). A
+    constant of the machine, not of the process (OMP_NUM_THREADS, torch.set_num_threads and a
+    job's CPU affinity change those), so that runs on one machine agree to the bit. On 2 quiet
+    cores, 2 threads searched 20,000 x 64-d (k 101) 1.6x as fast as one."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    if not text:
+        return min(os.cpu_count() or 1, MAX_THREADS)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"${THREADS_ENV}={text!r}: expected a positive number of threads")
+    return int(text)
+
 
 _gpu_resources = None
 
@@ -49,13 +61,14 @@ def uses_gpu() -> bool:
 
 @contextmanager
 def cpu_threads(gpu: bool = False) -> Iterator[None]:
-    """faiss's CPU work inside runs on CPU_THREADS threads (the OpenMP setting of this thread,
-    which torch may share, restored after); nothing changes for work on the GPU."""
+    """faiss's CPU work inside runs on `faiss_threads()` threads (the OpenMP setting of this
+    thread, which torch may share, restored after); nothing changes for work on the GPU."""
     if gpu:
         yield
         return
+    threads = faiss_threads()
     before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(CPU_THREADS)
+    faiss.omp_set_num_threads(threads)
     try:
         yield
     finally:
