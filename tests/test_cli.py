@@ -164,7 +164,11 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
         (["--loss", "triplet", "--miner", "hardest"], "unknown miner 'hardest'; expected one of"),
         (["--dataset", "mnist"], "unknown data set 'mnist'; expected one of: digits"),
         (["--dims", "64,abc"], "bad --dims '64,abc'; expected comma-separated positive integers"),
-        (["--dims", "0"], "bad --dims '0'"),
+        (["--dims", "0"], "bad --dims '0'; expected comma-separated positive integers, e.g. 64,"),
+        (
+            ["--seed", "-1"],
+            "bad --seed '-1'; expected comma-separated non-negative integers, e.g. 0,1,2",
+        ),
         (["--loss", "softmax", "--sigma", "3"], "loss 'softmax' does not take --sigma"),
         (["--backbone", "vit"], "unknown backbone 'vit'; expected one of: small_cnn"),
         (["--embedding", "gap", "--dims", "32"], "the GAP embedding of small_cnn has 64 dims"),

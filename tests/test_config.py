@@ -1,7 +1,8 @@
 import pytest
 
 from bench.runs.config import RunConfig
-from bench.train.presets import make_configs, sigma_for_dims
+from bench.train.choices import PRESET_NAMES
+from bench.train.presets import PRESETS, make_configs, sigma_for_dims
 from bench.util.names import safe_name
 
 
@@ -67,3 +68,8 @@ def test_overrides_win_and_the_data_root_option_is_not_itself_hashed():
 def test_folder_datasets_get_file_safe_names():
     assert safe_name("folder:/data/my birds/") == "folder-data-my-birds"
     assert RunConfig(dataset="folder:/x/y").run_id().startswith("folder-x-y-nngk-d64-s0-")
+
+
+def test_the_options_offer_every_preset_by_its_name():
+    # The command line reads the names without importing the presets (and torch behind them).
+    assert PRESET_NAMES == tuple(PRESETS)

@@ -75,7 +75,9 @@ def features_run(tmp_path_factory):
     features = (rng.normal(size=(6, 12))[labels] * 3 + rng.normal(size=(120, 12))).astype("f4")
     split = np.where(labels < 3, "train", "test")
     np.savez(root / "f.npz", features=features, labels=labels, split=split)
-    train(f"features:{root / 'f.npz'}", root / "results", "--batch-size", "16")
+    train(
+        f"features:{root / 'f.npz'}", root / "results", "--batch-size", "16", "--m-per-class", "8"
+    )
     return root / "results", trained(root / "results")[0]
 
 

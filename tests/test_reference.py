@@ -52,7 +52,7 @@ def _registered(folder: str, decorator: str) -> set[str]:
 
 
 def test_harness_names(ref):
-    backbones = ast.parse((ROOT / "bench" / "models" / "backbones.py").read_text())
+    backbones = ast.parse((ROOT / "bench" / "models" / "choices.py").read_text())
     names = next(
         ast.literal_eval(node.value)
         for node in backbones.body

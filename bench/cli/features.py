@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from bench.data.datasets import check_dataset
+from bench.cli.options import POSITIVE
 from bench.data.names import FEATURES_PREFIX
-from bench.models.backbones import BACKBONES, check_backbone
+from bench.models.choices import BACKBONES, check_backbone
 
 
 @click.command()
@@ -31,8 +31,10 @@ from bench.models.backbones import BACKBONES, check_backbone
     show_default=True,
     help="imagenet, none, or a state-dict PATH.",
 )
-@click.option("--resize", type=int, default=None, help="Default: the protocol's preset.")
-@click.option("--crop", type=int, default=None, help="Centre crop; default: the protocol's preset.")
+@click.option("--resize", type=POSITIVE, default=None, help="Default: the protocol's preset.")
+@click.option(
+    "--crop", type=POSITIVE, default=None, help="Centre crop; default: the protocol's preset."
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds pretrained=none.")
 @click.option(
     "--out",
@@ -48,6 +50,7 @@ def features(
     """Extract features of every image of DATASET once with a frozen BACKBONE (VGG16: FC7
     after ReLU, seed 002) into an .npz (features, labels, split) for `linear --dataset
     features:PATH`."""
+    from bench.data.datasets import check_dataset
     from bench.data.feature_files import write_features
     from bench.train.extract import default_features_path, extract_features
 

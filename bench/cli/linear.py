@@ -8,7 +8,6 @@ import click
 
 from bench.cli.options import DEFAULT_RESULTS, POSITIVE, POSITIVE_FLOAT, parse_ints
 from bench.runs import store
-from bench.train.presets import make_configs
 
 SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
 
@@ -53,6 +52,7 @@ def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results
     seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
     from bench.classic.methods import linear_runs, run_linear_method
     from bench.data.features import load_features
+    from bench.train.presets import make_configs
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
     try:

@@ -46,17 +46,29 @@ LOG = click.option(
 )
 
 
+# The integer lists the commands take: their least value and an example.
+INT_LISTS = {
+    "--dims": (1, "64,512,1024"),
+    "--seed": (0, "0,1,2"),
+    "--seeds": (0, "0,1,2"),
+    "--eval-sizes": (1, "10000,50000"),
+}
+
+
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
-    """'64,512,1024' -> (64, 512, 1024); a one-line error for anything else."""
+    """'64,512,1024' -> (64, 512, 1024); a one-line error for anything else, with an example
+    of the option `what` (`INT_LISTS`)."""
     if text is None:
         return None
+    least, example = INT_LISTS.get(what, (0, "1,2,3"))
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if not values or any(v < 0 for v in values) or (what == "--dims" and 0 in values):
+    if not values or min(values) < least:
+        kind = "positive" if least == 1 else "non-negative"
         raise click.ClickException(
-            f"bad {what} {text!r}; expected comma-separated positive integers, e.g. 64,512,1024"
+            f"bad {what} {text!r}; expected comma-separated {kind} integers, e.g. {example}"
         )
     return values
 

@@ -18,11 +18,10 @@ from bench.cli.options import (
     VAL_FRACTION,
     parse_ints,
 )
-from bench.cli.training import checked_device
-from bench.data.datasets import check_dataset
+from bench.cli.training import checked_device, checked_runs
 from bench.data.splits import PROTOCOLS, VAL_SPLITS
-from bench.models.backbones import BACKBONES, EMBEDDINGS, check_backbone
-from bench.train.presets import PRESETS, make_configs
+from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
+from bench.train.choices import PRESET_NAMES
 
 
 def loss_params_from(loss: str, fixed_weights: bool = False, **options) -> dict:
@@ -46,6 +45,7 @@ def loss_params_from(loss: str, fixed_weights: bool = False, **options) -> dict:
 
 def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     """A ValueError naming the valid choices for an unknown loss, data set or backbone."""
+    from bench.data.datasets import check_dataset
     from losses import get_loss_class
 
     get_loss_class(loss)
@@ -61,12 +61,14 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     default="glyphs",
     show_default=True,
     help="glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
-    "folder:PATH or features:PATH.npz.",
+    "folder:PATH (one sub-folder per class) or features:PATH.npz. A folder gets the metric "
+    "preset (GoogLeNet with ImageNet weights, 256/224 px); offline, without those weights in "
+    "torch's cache, add e.g. --backbone small_cnn --pretrained none --resize 64 --crop 56.",
 )
 @click.option("--protocol", type=click.Choice(PROTOCOLS), default="metric", show_default=True)
 @click.option(
     "--preset",
-    type=click.Choice(sorted(PRESETS)),
+    type=click.Choice(PRESET_NAMES),
     default=None,
     help="A paper's settings in place of the protocol's preset (seed003: Liu et al.).",
 )
@@ -118,7 +120,10 @@ def check_choices(loss: str, dataset: str, backbone: str | None) -> None:
     help="fc: a linear layer after the backbone; gap: its global average pooling.",
 )
 @click.option(
-    "--resize", type=POSITIVE, default=None, help="Images' size (the shorter side) before crops."
+    "--resize",
+    type=POSITIVE,
+    default=None,
+    help="Images' size (the shorter side; the longer at most 4x it) before crops.",
 )
 @click.option("--crop", type=POSITIVE, default=None, help="Random (train) / centre (eval) crop.")
 @click.option(
@@ -208,8 +213,6 @@ def run(
     **jobs,
 ):
     """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
-    if nproc > 1 and "WORLD_SIZE" not in os.environ:
-        relaunch_with_torchrun(nproc)
     if triplet_form == "nca":
         if loss != "triplet":
             raise click.ClickException("--triplet-form nca applies to --loss triplet only")
@@ -257,7 +260,7 @@ def run(
     configs = [
         c
         for s in seeds
-        for c in make_configs(
+        for c in checked_configs(
             dataset,
             loss,
             dims_list,
@@ -268,7 +271,29 @@ def run(
             **overrides,
         )
     ]
+    if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        check_before_torchrun(configs, nproc)
+        relaunch_with_torchrun(nproc)
     submit_runs(configs, results, dispatch, force, device)
+
+
+def checked_configs(dataset: str, loss: str, dims, params: dict, **settings) -> list:
+    """`make_configs`, with a one-line error for settings that do not go together."""
+    from bench.train.presets import make_configs
+
+    try:
+        return make_configs(dataset, loss, dims, params, **settings)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+
+
+def check_before_torchrun(configs: list, nproc: int) -> None:
+    """Every run checked for `nproc` processes (a batch they can share, its data's splits)
+    here, so that a fault is one line rather than one per process and torchrun's report."""
+    try:
+        checked_runs(configs, nproc)
+    except (ValueError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
 
 
 def relaunch_with_torchrun(nproc: int) -> None:

@@ -15,10 +15,8 @@ from bench.cli.options import (
     VAL_FRACTION,
     parse_ints,
 )
-from bench.data.datasets import check_dataset
-from bench.data.glyphs import is_glyphs
 from bench.data.splits import VAL_SPLITS
-from bench.train.presets import PRESETS, make_configs
+from bench.train.choices import PRESET_NAMES
 
 # The seven core losses, triplet with each miner: the suite that CI and reports/ run.
 SUITE = (
@@ -55,7 +53,7 @@ SEED003_SUITE = (
 @click.option("--epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
 @click.option(
     "--preset",
-    type=click.Choice(sorted(PRESETS)),
+    type=click.Choice(PRESET_NAMES),
     default=None,
     help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
 )
@@ -78,6 +76,10 @@ def suite(
 ):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
     reports/. With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+    from bench.data.datasets import check_dataset
+    from bench.data.glyphs import is_glyphs
+    from bench.train.presets import make_configs
+
     if dataset != "digits" and not is_glyphs(dataset):
         raise click.ClickException(f"suite runs on glyphs or digits; got {dataset!r}")
     try:

@@ -1,18 +1,27 @@
 """How the commands train their runs in this process: the data set's baseline, then each
 run (skipped when finished, resumed when interrupted, retrained beside it with --force), or
-all of them together on several processes under torchrun; one-line errors."""
+all of them together on several processes under torchrun; one-line errors. SIGTERM (what
+Slurm sends before it kills a job) stops a run as Ctrl-C does: the same command resumes it."""
 
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from bench.models.backbones import check_embedding
 from bench.runs import store
 from bench.util.progress import log
+
+if TYPE_CHECKING:
+    from bench.data.datasets import DataSplits
+
+INTERRUPTED = "interrupted; run the same command again to resume"
 
 
 def checked_device(name: str | None):
@@ -36,32 +45,61 @@ def checked_device(name: str | None):
     return device
 
 
-def run_all(configs: list, results: Path, force: bool, device) -> None:
-    """The baseline of the first config's data set, then every config; one-line errors."""
-    from bench.train.baseline import run_baseline
-    from bench.train.distributed import ranks_from_env
-    from bench.train.loaders import with_data_identity
-    from bench.train.trainer import Trainer
-    from bench.util.runtime import default_device
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised wherever the process is, as Ctrl-C raises KeyboardInterrupt: a file being
+    written is left as it was (files are written atomically), and the run resumes from its
+    last checkpoint."""
 
+
+def raise_terminated(signum: int, frame) -> None:
+    raise Terminated
+
+
+@contextmanager
+def sigterm_interrupts():
+    """SIGTERM raises `Terminated` while the block runs (in the main thread: Python handles
+    signals there only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
     try:
-        configs = with_data_identity(configs)
-        for cfg in configs:
-            check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
-        ranks = ranks_from_env(device or default_device())
-        if ranks.world > 1:
-            diverged = train_distributed(configs, results, force, device, ranks)
-        else:
-            log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
-            run_baseline(configs[0], results, device)
-            diverged = [
-                cfg.run_id()
-                for cfg in configs
-                if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
-            ]
-    except KeyboardInterrupt:
-        click.echo("interrupted; run the same command again to resume", err=True)
-        sys.exit(130)
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def identified(configs: list) -> list:
+    """The configs with their data's identity, each one's embedding checked (a one-line
+    ValueError otherwise)."""
+    from bench.models.backbones import check_embedding
+    from bench.train.loaders import with_data_identity
+
+    configs = with_data_identity(configs)
+    for cfg in configs:
+        check_embedding(cfg.backbone, cfg.embedding, cfg.dims)
+    return configs
+
+
+def checked_runs(configs: list, world: int = 1) -> tuple[list, DataSplits]:
+    """The configs with their data's identity, and the first one's data, once every run is
+    checked (its embedding, batches and splits: `bench.train.preflight`); a one-line
+    ValueError, before anything is written, for the first that is not right."""
+    from bench.train.preflight import check_runs
+
+    configs = identified(configs)
+    return configs, check_runs(configs, world)
+
+
+def run_all(configs: list, results: Path, force: bool, device) -> None:
+    """The baseline of the first config's data set, then every config; one-line errors, and
+    on Ctrl-C or SIGTERM a line saying how to resume (exit 130 or 143)."""
+    try:
+        with sigterm_interrupts():
+            diverged = train_all(configs, results, force, device)
+    except KeyboardInterrupt as stop:
+        click.echo(INTERRUPTED, err=True)
+        sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
     if diverged:
@@ -71,7 +109,33 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
         )
 
 
-def train_distributed(configs: list, results: Path, force: bool, device, ranks) -> list[str]:
+def train_all(configs: list, results: Path, force: bool, device) -> list[str]:
+    """Every run checked, then the baseline of the first one's data set and every run (all
+    processes together under torchrun); the runs that diverged."""
+    from bench.train.baseline import run_baseline
+    from bench.train.distributed import ranks_from_env
+    from bench.train.preflight import check_runs
+    from bench.train.trainer import Trainer
+    from bench.util.runtime import default_device
+
+    ranks = ranks_from_env(device or default_device())
+    configs = identified(configs)
+    if ranks.world == 1:  # what it does from the start: the checks load the data
+        log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
+    data = check_runs(configs, ranks.world)
+    if ranks.world > 1:
+        return train_distributed(configs, results, force, device, ranks, data)
+    run_baseline(configs[0], results, device, data)
+    return [
+        cfg.run_id()
+        for cfg in configs
+        if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+    ]
+
+
+def train_distributed(
+    configs: list, results: Path, force: bool, device, ranks, data: DataSplits | None = None
+) -> list[str]:
     """Under torchrun: the first process writes the baseline and says which runs are
     finished; all processes train each other run together (bench/train/distributed.py).
     The runs that diverged."""
@@ -85,7 +149,7 @@ def train_distributed(configs: list, results: Path, force: bool, device, ranks) 
         raise ValueError("--force needs one process; run it without torchrun or --nproc")
     if ranks.main:
         log.info(f"{len(configs)} run(s) on {ranks.world} processes into {results}")
-        run_baseline(configs[0], results, device)
+        run_baseline(configs[0], results, device, data)
     else:
         log.setLevel(logging.WARNING)
     diverged = []

@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from sklearn.model_selection import train_test_split
+
+if TYPE_CHECKING:  # pandas and scikit-learn load when a split is made, not for `run --help`
+    import pandas as pd
 
 PROTOCOLS = ("metric", "classify", "pairs")
 SPLIT_SEED = 0  # the splits are the same for every run seed
@@ -37,12 +39,14 @@ def carve_validation(
     fraction: float,
     by_classes: bool = False,
     fold: tuple[int, int] | None = None,
+    names: dict | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) positions within a training split: a stratified share of the images
     (fixed seed), or, `by_classes`, every image of the last classes (at least two, a `fraction`
     of them), so that validation, like the metric protocol's test, has classes never trained on
     (Musgrave et al. 2020); `fold` (f, k) holds out the f-th of k groups of the classes instead
-    (shuffled with a fixed seed), for k-fold cross-validation over classes."""
+    (shuffled with a fixed seed), for k-fold cross-validation over classes. `names`: the
+    classes' names by label, for the errors."""
     positions = np.arange(len(labels))
     if fold is not None:
         return class_fold(labels, *fold)
@@ -58,11 +62,18 @@ def carve_validation(
             )
         val = np.isin(labels, classes[-held:])
         return positions[~val], positions[val]
-    check_stratifiable(labels, fraction)
-    train, val = train_test_split(
-        positions, test_size=fraction, stratify=labels, random_state=SPLIT_SEED
+    check_stratifiable(labels, fraction, names)
+    return stratified_share(labels, fraction)
+
+
+def stratified_share(labels: np.ndarray, fraction: float) -> tuple[np.ndarray, np.ndarray]:
+    """(rest, share) positions: a `fraction` of each class's images in the share, fixed seed."""
+    from sklearn.model_selection import train_test_split
+
+    rest, share = train_test_split(
+        np.arange(len(labels)), test_size=fraction, stratify=labels, random_state=SPLIT_SEED
     )
-    return np.sort(train), np.sort(val)
+    return np.sort(rest), np.sort(share)
 
 
 def class_fold(labels: np.ndarray, fold: int, folds: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,21 +102,63 @@ def parse_val_split(val_split: str) -> tuple[bool, tuple[int, int] | None]:
     return val_split == "classes", None
 
 
-def check_stratifiable(labels: np.ndarray, fraction: float) -> None:
+def scarce_class(labels: np.ndarray, fraction: float) -> tuple[int, int] | None:
+    """(the class with the fewest images, their number) when a stratified share of `fraction`
+    of these images cannot hold every class in both parts (scikit-learn would refuse it, naming
+    label indices); None when it can."""
+    classes, counts = np.unique(labels, return_counts=True)
+    n_share = int(np.ceil(fraction * len(labels)))
+    if counts.min() >= 2 and n_share >= len(classes) and len(labels) - n_share >= len(classes):
+        return None
+    return classes[counts.argmin()].item(), int(counts.min())
+
+
+def images_needed(fraction: float) -> int:
+    """Images per class with which a stratified share of `fraction` holds every class."""
+    return max(2, int(np.ceil(1 / fraction)), int(np.ceil(1 / (1 - fraction))))
+
+
+def class_text(label: int, names: dict | None) -> str:
+    """'class 3', or the class's name where the data set names its classes (a folder's)."""
+    return f"class {names[label]!r}" if names and label in names else f"class {label}"
+
+
+def check_stratifiable(labels: np.ndarray, fraction: float, names: dict | None = None) -> None:
     """A one-line ValueError, in place of scikit-learn's, when a stratified share of these
     images cannot hold every class in both parts: how many images per class that needs."""
-    classes, counts = np.unique(labels, return_counts=True)
-    n_val = int(np.ceil(fraction * len(labels)))
-    if counts.min() >= 2 and n_val >= len(classes) and len(labels) - n_val >= len(classes):
+    found = scarce_class(labels, fraction)
+    if found is None:
         return
-    needed = max(2, int(np.ceil(1 / fraction)), int(np.ceil(1 / (1 - fraction))))
+    label, count = found
     raise ValueError(
-        f"a validation split of {fraction:g} of the training images needs at least {needed} "
-        f"images in each of the {len(classes)} training classes; class "
-        f"{classes[counts.argmin()]} has {counts.min()}; use --val-split classes (whole classes "
-        "held out), another --val-fraction, or --val-fraction 0 (no validation: the last epoch "
-        "is tested)"
+        f"a validation split of {fraction:g} of the training images needs at least "
+        f"{images_needed(fraction)} images in each of the {len(np.unique(labels))} training "
+        f"classes; {class_text(label, names)} has {count}; use --val-split classes (whole "
+        "classes held out), another --val-fraction, or --val-fraction 0 (no validation: the last "
+        "epoch is tested)"
     )
+
+
+def check_test_share(labels: np.ndarray, fraction: float, names: dict | None) -> None:
+    """A one-line ValueError when a data set without a test split cannot give `fraction` of
+    each class's images to it: the class that has too few, and what to do."""
+    found = scarce_class(labels, fraction)
+    if found is None:
+        return
+    label, count = found
+    raise ValueError(
+        f"the data set has no test split, so {fraction:.0%} of each class's images are held out "
+        f"to test: that needs at least {images_needed(fraction)} images in each of the "
+        f"{len(np.unique(labels))} classes, and {class_text(label, names)} has {count}; add "
+        "images to it or leave it out of the data set (a folder: move its sub-folder out)"
+    )
+
+
+def class_names(table: pd.DataFrame) -> dict | None:
+    """The table's class names by label (image data sets name them), for the errors."""
+    if "class_name" not in table:
+        return None
+    return dict(zip(table["label"].tolist(), table["class_name"].astype(str).tolist(), strict=True))
 
 
 def first_half_classes(labels: np.ndarray) -> np.ndarray:
@@ -119,7 +172,8 @@ def metric_splits(
     labels = table["label"].to_numpy()
     is_train = np.isin(labels, first_half_classes(labels))
     train_all, test = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold)
+    names = class_names(table)
+    tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold, names)
     return Splits(train_all[tr], train_all[va], test)
 
 
@@ -130,18 +184,17 @@ def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
     if (split == "test").any():
         train_all, test = np.nonzero(split == "train")[0], np.nonzero(split == "test")[0]
     else:
-        train_all, test = three_way(labels)
-    tr, va = carve_validation(labels[train_all], val_fraction)
+        train_all, test = three_way(labels, names=class_names(table))
+    tr, va = carve_validation(labels[train_all], val_fraction, names=class_names(table))
     return Splits(train_all[tr], train_all[va], test)
 
 
-def three_way(labels: np.ndarray, test_fraction: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
+def three_way(
+    labels: np.ndarray, test_fraction: float = 0.3, names: dict | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """(train + validation, test) positions, stratified, fixed seed."""
-    positions = np.arange(len(labels))
-    pool, test = train_test_split(
-        positions, test_size=test_fraction, stratify=labels, random_state=SPLIT_SEED
-    )
-    return np.sort(pool), np.sort(test)
+    check_test_share(labels, test_fraction, names)
+    return stratified_share(labels, test_fraction)
 
 
 def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
@@ -153,10 +206,10 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
         unseen = np.nonzero(~seen & (split == "val"))[0]
     else:
         seen_pos = np.nonzero(seen)[0]
-        pool, test_rel = three_way(labels[seen_pos], test_fraction=0.1)
+        pool, test_rel = three_way(labels[seen_pos], 0.1, class_names(table))
         train_all, test = seen_pos[pool], seen_pos[test_rel]
         unseen = np.nonzero(~seen)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction)
+    tr, va = carve_validation(labels[train_all], val_fraction, names=class_names(table))
     return Splits(train_all[tr], train_all[va], test, unseen)
 
 

@@ -4,30 +4,18 @@ from __future__ import annotations
 
 from torch import nn
 
-from bench.models.pretrained import keep_resolution, load_local_state, torchvision_model, truncate
+# Re-exported: the names are defined without torch, for the command line's options.
+from bench.models.choices import BACKBONES as BACKBONES
+from bench.models.choices import EMBEDDINGS, VECTOR_BACKBONES, check_backbone
+from bench.models.pretrained import (
+    check_weights,
+    keep_resolution,
+    load_local_state,
+    torchvision_model,
+    truncate,
+)
 from bench.models.small import MLPHead, SmallCNN, VGG16Tiny
 
-BACKBONES = (
-    "small_cnn",
-    "small_cnn_gn",
-    "googlenet",
-    "resnet18",
-    "resnet50",
-    "vgg16",
-    "alexnet",
-    "vgg16_tiny",
-    "resnet18_tiny",
-    "resnet50_tiny",
-    "mlp",
-    "linear",
-)
-# Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
-VECTOR_BACKBONES = ("mlp", "linear")
-
-# fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the
-# last feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and
-# without ReLU, the ResNets' final pooling followed by dropout), as seed 000 §3.2 classifies.
-EMBEDDINGS = ("fc", "gap", "backbone")
 BACKBONE_HEAD_DROPOUT = 0.5  # after the ResNets' pooling; the paper does not give the rate
 
 # Smallest input side each backbone runs on (smaller inputs are upsampled by EmbeddingNet).
@@ -72,11 +60,8 @@ GAP_DIMS = {
 
 # The Tiny ImageNet report's ResNets: torchvision's model with the resolution-keeping change.
 _TINY_RESNETS = {"resnet18_tiny": "resnet18", "resnet50_tiny": "resnet50"}
-
-
-def check_backbone(name: str) -> None:
-    if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")
+# Built by torchvision, with its ImageNet weights or a state dict of its model.
+TORCHVISION_BACKBONES = ("googlenet", "resnet18", "resnet50", "vgg16", "alexnet", *_TINY_RESNETS)
 
 
 def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> None:
@@ -121,6 +106,14 @@ def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
     if embedding == "gap":
         return nn.Sequential(model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten()), model.channels
     return model, model.out_features
+
+
+def check_backbone_weights(name: str, pretrained: str) -> None:
+    """A torchvision backbone's weights can be had (`check_weights`) before any data is read,
+    so that an offline machine fails before it builds an image cache; the other backbones'
+    weights are checked as they are built."""
+    if name in TORCHVISION_BACKBONES:
+        check_weights(_TINY_RESNETS.get(name, name), pretrained)
 
 
 def build_backbone(

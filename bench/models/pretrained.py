@@ -11,6 +11,8 @@ import torch
 import torchvision
 from torch import nn
 
+from bench.util.progress import log
+
 _PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
 _RESAVE = "re-save the weights alone with torch.save(model.state_dict(), PATH)"
 
@@ -29,6 +31,38 @@ def _model_kwargs(name: str, pretrained: str) -> dict[str, bool]:
     # Pretrained GoogLeNet weights expect transform_input=True (torchvision's default with weights);
     # a local state dict is most likely that same file, so use the same setting for it.
     return {"aux_logits": False, "init_weights": False, "transform_input": True}
+
+
+def imagenet_file(name: str) -> str:
+    """Where torch keeps torchvision's ImageNet weights of `name` once downloaded."""
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(weights.url))
+
+
+def fetch_imagenet(name: str) -> None:
+    """torchvision's ImageNet weights of `name` in torch's cache: there already, or downloaded
+    now; a one-line RuntimeError saying what to do where they cannot be had (offline)."""
+    path = imagenet_file(name)
+    if os.path.isfile(path):
+        return
+    log.info(f"downloading torchvision's ImageNet weights for {name} into {path}")
+    try:
+        torchvision.models.get_model_weights(name).DEFAULT.get_state_dict(progress=False)
+    except (OSError, RuntimeError, ValueError) as err:
+        raise RuntimeError(
+            f"ImageNet weights for {name} are not in {path} and could not be downloaded "
+            f"({_one_line(err)}); put that file there, or give --pretrained PATH (a state "
+            "dict) or --pretrained none (random init)"
+        ) from None
+
+
+def check_weights(name: str, pretrained: str) -> None:
+    """That the weights a torchvision backbone starts from can be had, before any data is read:
+    ImageNet's in torch's cache (downloaded if need be), or a local state dict that reads."""
+    if pretrained == "imagenet":
+        fetch_imagenet(name)
+    elif pretrained != "none":
+        _read_state_dict(name, pretrained)
 
 
 def _load_imagenet(name: str) -> nn.Module:

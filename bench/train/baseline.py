@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.data.datasets import DataSplits
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
@@ -74,12 +75,18 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
     )
 
 
-def run_baseline(cfg: RunConfig, results: Path, device: torch.device | None = None) -> list[Path]:
+def run_baseline(
+    cfg: RunConfig,
+    results: Path,
+    device: torch.device | None = None,
+    data: DataSplits | None = None,
+) -> list[Path]:
     """The two baseline rows of every table, L2-normalised and evaluated like any run: the raw
     test inputs (pixels or feature vectors, flattened), and the test split through the run's
-    backbone before any metric training (its seeded random init, or its pretrained weights)."""
+    backbone before any metric training (its seeded random init, or its pretrained weights).
+    `data`: the run's data, when it is loaded already."""
     device = device or default_device()
-    data = load_data(cfg)
+    data = load_data(cfg) if data is None else data
     labels = np.asarray(data.test.labels)
     raw = data.test.inputs()
     raw_cfg = baseline_config(cfg, raw.shape[1], backbone="none", embedding="inputs")

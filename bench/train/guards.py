@@ -1,14 +1,14 @@
-"""What stops or paces a run: divergence, a validation split that cannot rank, the epochs'
-seeds and their one-line summaries."""
+"""What stops, paces or warns about a run: divergence, the epochs' seeds and their one-line
+summaries, a training loss that did not fall or never changed."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from bench.data.datasets import DataSplits
 from bench.runs.config import RunConfig
 
 
@@ -27,7 +27,8 @@ class StepLosses:
     costs nothing). The first non-finite one stops training (`Diverged`) naming its step; when
     `every` > 1 the few steps after it have already been taken, which does no harm: the run
     keeps the weights of its best finished epoch. `on_read` (an experiment log) gets each read's
-    losses with the step of the first (1 = the epoch's first step)."""
+    losses with the step of the first (1 = the epoch's first step). `low` and `high`: the least
+    and greatest loss of a step so far (a loss that never changes trains nothing)."""
 
     def __init__(
         self,
@@ -38,6 +39,7 @@ class StepLosses:
         self.epoch, self.every, self.on_read = epoch, every, on_read
         self.pending: list[torch.Tensor] = []
         self.total, self.count = 0.0, 0
+        self.low, self.high = math.inf, -math.inf
 
     def add(self, value: torch.Tensor) -> None:
         self.pending.append(value.detach().reshape(()))
@@ -55,6 +57,7 @@ class StepLosses:
             raise Diverged(self.epoch, self.count + int(bad[0]) + 1, float(values[bad[0]]))
         self.total += float(values.sum())
         self.count += len(values)
+        self.low, self.high = min(self.low, values.min()), max(self.high, values.max())
         self.pending = []
 
     def mean(self) -> float:
@@ -72,34 +75,45 @@ def epoch_seed(cfg: RunConfig, epoch: int) -> int:
     return cfg.seed * 100_003 + epoch
 
 
-def check_validation(cfg: RunConfig, data: DataSplits) -> None:
-    """A one-line error, before anything is written, when the validation split cannot rank:
-    MAP@R needs a class with two items, or every epoch's score is NaN."""
-    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
-        raise ValueError(
-            "the pairs protocol chooses its verification threshold on validation images; "
-            "give it a --val-fraction above 0"
-        )
-    if not len(data.val) and cfg.val_fraction == 0:
-        return  # no validation asked for: the last epoch is tested
-    _, counts = np.unique(np.asarray(data.val.labels), return_counts=True)
-    if cfg.protocol != "classify" and not (counts >= 2).any():
-        raise ValueError(
-            f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
-            "two, so it cannot choose an epoch; use a data set with more images per class, or "
-            "--val-split classes"
-        )
+def widen_steps(progress: dict, steps: StepLosses) -> None:
+    """Keep in `progress` (and so in the checkpoint) how many steps the run has taken and the
+    least and greatest loss of a step."""
+    seen = progress.get("step_losses", {"steps": 0, "low": math.inf, "high": -math.inf})
+    progress["step_losses"] = {
+        "steps": seen["steps"] + steps.count,
+        "low": min(seen["low"], float(steps.low)),
+        "high": max(seen["high"], float(steps.high)),
+    }
 
 
-def loss_trend(history: list[dict]) -> tuple[dict, list[str]]:
+def flat_steps(seen: dict | None) -> list[str]:
+    """A warning when the loss was 0, or one value, at every step: the network learnt nothing
+    from it (a batch of one item a class has no positive pair; a margin no triplet violates)."""
+    if not seen or not seen["steps"]:
+        return []
+    batch = "the batch (--batch-size, --m-per-class)"
+    if seen["low"] == seen["high"] == 0:
+        return [
+            "the training loss was 0 at every step, so the network learnt nothing from it: "
+            f"check {batch} and the loss's parameters (e.g. --margin)"
+        ]
+    if seen["steps"] > 1 and math.isclose(seen["low"], seen["high"], rel_tol=1e-6):
+        return [
+            f"the training loss was {seen['high']:.6g} at every step, so the network learnt "
+            f"nothing from it: check the learning rate (--lr), {batch} and the loss's parameters"
+        ]
+    return []
+
+
+def loss_trend(history: list[dict], steps: dict | None = None) -> tuple[dict, list[str]]:
     """The training loss's relative change from the first epoch to the last, and a warning
-    when it did not fall (by 1 % at least)."""
+    when it did not fall (by 1 % at least), or (`steps`, see `widen_steps`) never changed."""
+    warnings = flat_steps(steps)
     losses = [row["train_loss"] for row in history]
     if len(losses) < 2 or not losses[0]:
-        return {}, []
+        return {}, warnings
     change = (losses[-1] - losses[0]) / abs(losses[0])
-    warnings = []
-    if change > -0.01:
+    if change > -0.01 and not warnings:
         warnings.append(
             f"the training loss did not decrease ({losses[0]:.4g} in epoch 1, "
             f"{losses[-1]:.4g} in epoch {len(losses)}): check the learning rate and "

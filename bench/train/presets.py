@@ -205,6 +205,28 @@ def batch_settings(loss: str) -> dict[str, Any]:
     return {"m_per_class": per_class} if cls.class_balanced and per_class else {}
 
 
+def uses_images(dataset: str) -> bool:
+    """Whether the data set's images are resized and cropped (the built-in sets and feature
+    files are used as they are)."""
+    return not (dataset == "digits" or is_glyphs(dataset) or dataset.startswith(FEATURES_PREFIX))
+
+
+def check_crop(cfg: RunConfig, given: dict[str, Any]) -> None:
+    """A one-line ValueError for a crop larger than the resized image it is cut from; each of
+    the two named as the option or the preset that set it."""
+    if cfg.crop <= cfg.resize or not uses_images(cfg.dataset):
+        return
+
+    def named(option: str) -> str:
+        source = f"--{option}" if option in given else f"the preset's {option}"
+        return f"{source} {getattr(cfg, option)}"
+
+    raise ValueError(
+        f"{named('crop')} exceeds {named('resize')}: a crop is cut from the image resized to "
+        f"--resize; give a --crop of at most {cfg.resize} or a --resize of at least {cfg.crop}"
+    )
+
+
 def make_configs(
     dataset: str,
     loss: str,
@@ -224,6 +246,7 @@ def make_configs(
     base = RunConfig(dataset=dataset, protocol=protocol, loss=loss, preset=preset, **settings)
     given = {k: v for k, v in overrides.items() if v is not None}
     base = replace(base, **given)
+    check_crop(base, given)
     if base.pretrained == "none" and chosen.config.get("pretrained", "none") != "none":
         base = replace(base, **{k: v for k, v in FROM_SCRATCH.items() if k not in given})
     if not dims and base.embedding == "gap":

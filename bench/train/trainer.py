@@ -21,6 +21,7 @@ from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig, weights_label
 from bench.train.baseline import run_summary
+from bench.train.checkpoint import load_checkpoint, save_checkpoint
 from bench.train.distributed import (
     gather_batch,
     local_device,
@@ -32,10 +33,10 @@ from bench.train.guards import (
     Diverged,
     DivergedAtStart,
     StepLosses,
-    check_validation,
     epoch_seed,
     epoch_summary,
     loss_trend,
+    widen_steps,
 )
 from bench.train.loaders import (
     epoch_loader,
@@ -44,13 +45,9 @@ from bench.train.loaders import (
     sampler_text,
     train_loader,
 )
+from bench.train.preflight import check_run
 from bench.train.tracking import RunLog, open_run_log
-from bench.util.atomic import (
-    atomic_save_npz,
-    atomic_torch_save,
-    atomic_write_json,
-    atomic_write_text,
-)
+from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
 from bench.util.batches import to_inputs
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
@@ -76,7 +73,7 @@ class Trainer:
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
-        check_validation(cfg, self.data)
+        check_run(cfg, self.data, self.ranks.world)
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
             f"{self.name}: {counts} training/validation/test items; building "
@@ -116,6 +113,7 @@ class Trainer:
             "resolved_loss_params": params,
             "versions": package_versions(),
             "device": str(self.device),
+            "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it (README)
         }
 
     def refresh(self) -> None:
@@ -130,7 +128,7 @@ class Trainer:
             state = {k: v.cpu() for k, v in self.loss.state_dict().items()}
             self.loss.load_state_dict(share_from_main(state, self.ranks))
 
-    def train_epoch(self, epoch: int) -> float:
+    def train_epoch(self, epoch: int) -> StepLosses:
         seed = epoch_seed(self.cfg, epoch)
         if self.loader is None:  # one loader for the run: its workers last every epoch
             self.loader = train_loader(self.cfg, self.loss, self.data, self.device, self.ranks)
@@ -153,7 +151,8 @@ class Trainer:
             if value.requires_grad:
                 value.backward()
                 self.optimizer.step()
-        return losses.mean()
+        losses.mean()  # reads the losses of the last steps
+        return losses
 
     def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
         emb, labels = embed(
@@ -208,37 +207,11 @@ class Trainer:
                 atomic_write_text(self.run_dir / f"{name}.csv", table.to_csv(index=False))
         return metrics, emb, labels
 
-    def save_checkpoint(self, progress: dict) -> None:
-        state = {
-            "model": self.model.state_dict(),
-            "loss": self.loss.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "progress": progress,
-        }
-        atomic_torch_save(self.run_dir / store.CHECKPOINT, state)
-
-    def load_checkpoint(self, path: Path) -> dict:
-        """The checkpoint's state, loaded into the model, loss and optimizer; a one-line error
-        when it is truncated or not this run's."""
-        try:
-            state = torch.load(path, map_location=self.device, weights_only=True)
-            self.model.load_state_dict(state["model"])
-            self.loss.load_state_dict(state["loss"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            state["progress"]["epoch"]
-        except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
-            first = str(err).splitlines()[0] if str(err) else type(err).__name__
-            raise ValueError(
-                f"{path}: unreadable checkpoint ({first}); run the same command with --force "
-                "to start this run afresh"
-            ) from None
-        return state
-
     def start_or_resume(self) -> dict:
         """The progress so far: from the last checkpoint, or a fresh start."""
         ckpt_path = self.run_dir / store.CHECKPOINT
         if ckpt_path.is_file():
-            state = self.load_checkpoint(ckpt_path)
+            state = load_checkpoint(ckpt_path, self.device, self.model, self.loss, self.optimizer)
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
@@ -276,17 +249,18 @@ class Trainer:
             if interval and epoch % interval == 0:
                 self.refresh()
             try:
-                train_loss = self.train_epoch(epoch)
+                steps = self.train_epoch(epoch)
                 val = self.shared_validation(epoch + 1)
             except Diverged as where:
                 return self.stop_diverged(progress, where)
+            widen_steps(progress, steps)
             if val["score"] > progress["best"]["score"]:
                 progress["best"] = {
                     "score": val["score"],
                     "epoch": epoch + 1,
                     "model": copy.deepcopy(self.model.state_dict()),
                 }
-            row = {"epoch": epoch + 1, "train_loss": train_loss}
+            row = {"epoch": epoch + 1, "train_loss": steps.mean()}
             row.update({f"val_{k}": v for k, v in val.items() if k != "score"})
             row.update(self.loss.epoch_stats())
             if epoch + 1 == cfg.epochs:  # how training ended: early epochs may look flat
@@ -297,7 +271,8 @@ class Trainer:
             log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
             self.run_log.epoch(row, self.optimizer)
             if self.ranks.main:
-                self.save_checkpoint(progress)
+                checkpoint = self.run_dir / store.CHECKPOINT
+                save_checkpoint(checkpoint, self.model, self.loss, self.optimizer, progress)
                 history = pd.DataFrame(progress["history"]).to_csv(index=False)
                 atomic_write_text(self.run_dir / store.HISTORY, history)
         return self.conclude(progress)
@@ -361,7 +336,7 @@ class Trainer:
         metrics["val_score"] = progress["best"]["score"]
         if "diverged" in progress:
             metrics["diverged"] = progress["diverged"]
-        trend, warnings = loss_trend(progress["history"])
+        trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
         self.note(progress, warnings)
         metrics.update(trend)
         metrics["warnings"] = progress.get("warnings", [])

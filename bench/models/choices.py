@@ -1,0 +1,31 @@
+"""The backbones and embeddings by name, without torch: what the command line offers in its
+options and help (`bench.models.backbones` builds them)."""
+
+from __future__ import annotations
+
+BACKBONES = (
+    "small_cnn",
+    "small_cnn_gn",
+    "googlenet",
+    "resnet18",
+    "resnet50",
+    "vgg16",
+    "alexnet",
+    "vgg16_tiny",
+    "resnet18_tiny",
+    "resnet50_tiny",
+    "mlp",
+    "linear",
+)
+# Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
+VECTOR_BACKBONES = ("mlp", "linear")
+
+# fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the
+# last feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and
+# without ReLU, the ResNets' final pooling followed by dropout), as seed 000 §3.2 classifies.
+EMBEDDINGS = ("fc", "gap", "backbone")
+
+
+def check_backbone(name: str) -> None:
+    if name not in BACKBONES:
+        raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")

@@ -1,0 +1,50 @@
+"""A run's checkpoint: the model, the loss and the optimiser with the progress so far, written
+atomically at the end of every epoch (an interrupted write leaves the previous one whole)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from bench.util.atomic import atomic_torch_save
+
+
+def save_checkpoint(
+    path: Path,
+    model: torch.nn.Module,
+    loss: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    progress: dict,
+) -> None:
+    state = {
+        "model": model.state_dict(),
+        "loss": loss.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "progress": progress,
+    }
+    atomic_torch_save(path, state)
+
+
+def load_checkpoint(
+    path: Path,
+    device: torch.device,
+    model: torch.nn.Module,
+    loss: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+) -> dict:
+    """The checkpoint's state, loaded into the model, loss and optimizer; a one-line error
+    when it is truncated or not this run's."""
+    try:
+        state = torch.load(path, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        loss.load_state_dict(state["loss"])
+        optimizer.load_state_dict(state["optimizer"])
+        state["progress"]["epoch"]
+    except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(
+            f"{path}: unreadable checkpoint ({first}); run the same command with --force "
+            "to start this run afresh"
+        ) from None
+    return state

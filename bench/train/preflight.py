@@ -1,0 +1,170 @@
+"""What is checked before anything is written (the data set's baselines, a run folder): that
+each run's batches can be drawn and shared, and that its splits can choose an epoch and be
+scored. Each fault is a one-line ValueError naming what to change."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bench.data.datasets import DataSplits
+from bench.data.names import FEATURES_PREFIX
+from bench.models.backbones import check_backbone_weights
+from bench.runs.config import RunConfig
+from bench.train.distributed import Ranks, check_divisible
+from bench.train.loaders import load_data, per_class
+from losses import get_loss_class
+
+# The settings a run's splits depend on: runs that share them share their data.
+DATA_SETTINGS = (
+    "dataset",
+    "protocol",
+    "val_fraction",
+    "val_split",
+    "train_per_class",
+    "data_root",
+    "resize",
+    "crop",
+    "pad",
+    "crop_mode",
+)
+
+
+def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
+    """Every run checked (`check_run`) on its data, loaded once for the runs that share it;
+    the first run's data, which its baselines take."""
+    for backbone, pretrained in dict.fromkeys((c.backbone, c.pretrained) for c in configs):
+        check_backbone_weights(backbone, pretrained)  # before an image cache is built
+    loaded: dict[tuple, DataSplits] = {}
+    for cfg in configs:
+        key = tuple(getattr(cfg, name) for name in DATA_SETTINGS)
+        if key not in loaded:
+            loaded[key] = load_data(cfg)
+        check_run(cfg, loaded[key], world)
+    return loaded[tuple(getattr(configs[0], name) for name in DATA_SETTINGS)]
+
+
+def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
+    """A one-line ValueError for a run that would train nothing or score nonsense."""
+    check_divisible(cfg.batch_size, Ranks(0, world))
+    check_test(cfg, data)
+    check_validation(cfg, data)
+    check_trained_classes(cfg, data)
+    check_batches(cfg, data)
+
+
+def class_counts(labels) -> np.ndarray:
+    return np.unique(np.asarray(labels), return_counts=True)[1]
+
+
+def check_batches(cfg: RunConfig, data: DataSplits) -> None:
+    """Two training classes at least, a batch no larger than the training split, and a
+    class-balanced batch that holds two classes or more: a batch of one class has no negative,
+    so a pair or triplet loss is 0 at every step and trains nothing."""
+    labels = np.asarray(data.train.labels)
+    classes = len(class_counts(labels))
+    if classes < 2:
+        raise ValueError(
+            f"the training split of {cfg.dataset} holds {classes_text(classes)}: metric "
+            f"learning needs two at least{where_classes_go(cfg)}; use a data set with more "
+            "classes"
+        )
+    if cfg.batch_size > len(labels):
+        raise ValueError(
+            f"batch size {cfg.batch_size} exceeds the {len(labels)} training items of "
+            f"{cfg.dataset}; give a smaller --batch-size"
+        )
+    if not get_loss_class(cfg.loss).class_balanced:
+        return
+    m = per_class(cfg, labels)
+    if cfg.batch_size // m < 2:
+        raise ValueError(
+            f"a class-balanced batch of {cfg.batch_size} with {m} examples of each class holds "
+            f"a single class: {cfg.loss} has no other class to tell it from and would train "
+            f"nothing (a loss of 0 at every step); give a --batch-size of {2 * cfg.m_per_class}"
+            f" or more (a multiple of --m-per-class {cfg.m_per_class}){smaller_m(cfg)}"
+        )
+
+
+def smaller_m(cfg: RunConfig) -> str:
+    """', or --m-per-class M': the largest M > 1 that gives this batch two classes, if any."""
+    fits = [m for m in range(2, cfg.batch_size // 2 + 1) if cfg.batch_size % m == 0]
+    return f", or a --m-per-class of {max(fits)}" if fits else ""
+
+
+def where_classes_go(cfg: RunConfig) -> str:
+    """Why a split has so few classes, where the protocol explains it."""
+    if cfg.dataset.startswith(FEATURES_PREFIX):
+        return " (a features file's splits are its own: its rows' split and labels)"
+    if cfg.protocol == "metric":
+        return " (the metric protocol trains on the first half of the classes, tests on the rest)"
+    if cfg.protocol == "pairs":
+        return " (the pairs protocol trains and tests on the first half of the classes)"
+    return ""
+
+
+def classes_text(n: int) -> str:
+    return f"{n} class" if n == 1 else f"{n} classes"
+
+
+def check_validation(cfg: RunConfig, data: DataSplits) -> None:
+    """A one-line error when the validation split cannot rank: MAP@R needs a class with two
+    items, or every epoch's score is NaN."""
+    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
+        raise ValueError(
+            "the pairs protocol chooses its verification threshold on validation images; "
+            "give it a --val-fraction above 0"
+        )
+    if not len(data.val) and cfg.val_fraction == 0:
+        return  # no validation asked for: the last epoch is tested
+    counts = class_counts(data.val.labels)
+    if cfg.protocol != "classify" and not (counts >= 2).any():
+        raise ValueError(
+            f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
+            "two, so it cannot choose an epoch; use a data set with more images per class, or "
+            "--val-split classes"
+        )
+
+
+def check_test(cfg: RunConfig, data: DataSplits) -> None:
+    """A one-line error for a split that retrieval cannot score: with one class every item's
+    neighbours are of its class (R@1 = NMI = MAP@R = 1.0), and with no class of two items no
+    query has a neighbour of its class to find. The pairs protocol's unseen split too."""
+    splits = {"test": data.test, "unseen": data.unseen}
+    for name, split in splits.items():
+        if split is None:
+            continue
+        counts = class_counts(split.labels)
+        if len(counts) < 2:
+            raise ValueError(
+                f"the {name} split of {cfg.dataset} holds {len(split)} items of "
+                f"{classes_text(len(counts))}: retrieval needs two at least (with one, R@1, NMI "
+                f"and MAP@R all read 1.0){where_classes_go(cfg)}; use a data set with more "
+                "classes"
+            )
+        if not (counts >= 2).any():
+            raise ValueError(
+                f"the {name} split of {cfg.dataset} has {len(split)} items and no class with "
+                "two: no query has an item of its class to find, so R@K and MAP@R mean "
+                "nothing; use a data set with more images per class"
+            )
+
+
+def check_trained_classes(cfg: RunConfig, data: DataSplits) -> None:
+    """The classify protocol's classifier knows the training classes only: a one-line error for
+    a validation or test class without a training image (the classifier's scores would index a
+    class it does not have)."""
+    if cfg.protocol != "classify":
+        return
+    trained = set(np.unique(np.asarray(data.train.labels)).tolist())
+    for name, split in (("validation", data.val), ("test", data.test)):
+        missing = sorted(set(np.unique(np.asarray(split.labels)).tolist()) - trained)
+        if not missing:
+            continue
+        named = [data.class_names[c] for c in missing if c < len(data.class_names)]
+        which = f"class {named[0]!r}" if len(named) == 1 else classes_text(len(missing))
+        raise ValueError(
+            f"the classify protocol scores its classifier on the classes it trained on, and "
+            f"{which} of the {name} split of {cfg.dataset} {'has' if len(missing) == 1 else 'have'}"
+            " no training image; give each class training images (a features file: rows of "
+            "split 'train'), or leave the class out"
+        )

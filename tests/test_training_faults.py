@@ -1,0 +1,262 @@
+"""Runs that would train nothing or score nonsense are refused before anything is written (a
+batch of one class, a test split of one class, a class too small to split, a batch the
+processes cannot share, a crop larger than its image); a loss that never changed is reported;
+SIGTERM stops a run as Ctrl-C does, and the same command resumes it."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.data.splits import three_way
+from bench.train.guards import StepLosses, loss_trend, widen_steps
+from bench.train.presets import make_configs
+from tests.fixtures.folder import class_image
+
+INTERRUPTED = "interrupted; run the same command again to resume"
+
+
+def refused(results, *args) -> str:
+    """The one error line of a `run` that must stop before writing anything."""
+    out = CliRunner().invoke(main, ["run", *map(str, args), "--results", str(results)])
+    assert out.exit_code == 1, out.output
+    assert "Traceback" not in out.output
+    assert out.exception is None or isinstance(out.exception, SystemExit)
+    errors = [line for line in out.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and out.output.strip().endswith(errors[0]), out.output
+    assert not results.exists() or not any(results.iterdir())
+    return errors[0]
+
+
+def features_file(path, train_labels, test_labels):
+    """A features file with 4-d vectors, its training and test rows of these labels."""
+    labels = np.array([*train_labels, *test_labels], dtype=np.int64)
+    split = np.array(["train"] * len(train_labels) + ["test"] * len(test_labels))
+    features = np.random.default_rng(0).normal(size=(len(labels), 4)).astype(np.float32)
+    np.savez(path, features=features, labels=labels, split=split)
+    return f"features:{path}"
+
+
+def image_folder(root, counts: dict[str, int]):
+    """root/<class>/<i>.png: `counts[class]` images of each class."""
+    for label, (name, count) in enumerate(counts.items()):
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            class_image(label, i, size=16).save(root / name / f"{i}.png")
+    return f"folder:{root}"
+
+
+SMALL_IMAGES = "--backbone small_cnn --embedding fc --pretrained none --resize 16 --crop 16".split()
+
+
+@pytest.mark.parametrize(
+    "args, fix",
+    [
+        # The digits preset's 16 examples a class, the whole batch.
+        (["--loss", "triplet", "--batch-size", "16"], "a --batch-size of 32 or more"),
+        (["--loss", "triplet", "--batch-size", "3"], "a --batch-size of 32 or more"),
+        (["--loss", "contrastive", "--batch-size", "6", "--m-per-class", "6"],
+         "a --batch-size of 12 or more (a multiple of --m-per-class 6), or a --m-per-class of 3"),
+    ],
+)  # fmt: skip
+def test_a_class_balanced_batch_of_one_class_is_refused(tmp_path, args, fix):
+    line = refused(tmp_path / "r", "--dataset", "digits", "--dims", "8", *args)
+    assert "holds a single class" in line and "a loss of 0 at every step" in line
+    assert line.endswith(fix) or fix + " (" in line
+
+
+def test_steps_record_their_least_and_greatest_loss_across_epochs():
+    progress = {}
+    for values in ([0.5, 0.25], [1.0]):
+        steps = StepLosses(1)
+        for v in values:
+            steps.add(torch.tensor(v))
+        widen_steps(progress, steps)
+    assert progress["step_losses"] == {"steps": 3, "low": 0.25, "high": 1.0}
+    assert loss_trend([{"train_loss": 0.4}, {"train_loss": 0.1}], progress["step_losses"])[1] == []
+
+
+@pytest.mark.parametrize(
+    "low, high, steps, warned",
+    [
+        (0.0, 0.0, 1, "was 0 at every step"),
+        (2.5, 2.5, 40, "was 2.5 at every step"),
+        (2.5, 2.5, 1, None),  # one step: nothing to compare
+        (0.0, 1e-3, 40, None),
+    ],
+)
+def test_a_loss_that_never_changed_is_reported(low, high, steps, warned):
+    history = [{"train_loss": high}, {"train_loss": high}]
+    _, warnings = loss_trend(history, {"steps": steps, "low": low, "high": high})
+    if warned:
+        (warning,) = warnings  # not also "did not decrease"
+        assert warned in warning and "--batch-size, --m-per-class" in warning
+    else:
+        assert not any("every step" in w for w in warnings)
+
+
+def test_a_run_whose_loss_was_zero_at_every_step_says_so_in_metrics(tmp_path):
+    # One item of each class in a batch: no triplet has a positive, so the loss is 0 throughout.
+    dataset = features_file(tmp_path / "f.npz", np.repeat(np.arange(10), 10), np.repeat([0, 1], 4))
+    args = ["--loss", "triplet", "--dataset", dataset, "--m-per-class", "1", "--batch-size", "8"]
+    out = CliRunner().invoke(
+        main, ["run", *args, "--epochs", "2", "--dims", "4", "--results", str(tmp_path / "r")]
+    )
+    assert out.exit_code == 0, out.output
+    (run,) = [p for p in (tmp_path / "r").iterdir() if "-triplet-" in p.name]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["sampler"] == "8 classes x 1"
+    assert any("training loss was 0 at every step" in w for w in metrics["warnings"])
+
+
+@pytest.mark.parametrize(
+    "test_labels, problem",
+    [
+        ([3] * 8, "the test split of features:"),  # one class: R@1 = NMI = MAP@R = 1.0
+        ([3, 4, 5, 6], "no class with two"),  # nothing to retrieve
+    ],
+)
+def test_a_test_split_retrieval_cannot_score_is_refused(tmp_path, test_labels, problem):
+    dataset = features_file(tmp_path / "f.npz", np.repeat([0, 1, 2], 10), test_labels)
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--dims", "4",
+                   "--batch-size", "8")  # fmt: skip
+    assert problem in line
+    if len(set(test_labels)) == 1:
+        assert "holds 8 items of 1 class" in line and "all read 1.0" in line
+
+
+def test_a_two_class_folder_in_halves_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    dataset = image_folder(tmp_path / "img", {"cat": 6, "dog": 6})
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--dims", "4",
+                   "--batch-size", "2", "--epochs", "1", *SMALL_IMAGES)  # fmt: skip
+    assert "the test split of" in line and "1 class" in line
+    assert "first half of the classes" in line
+
+
+def test_a_class_of_one_image_under_classify_names_the_class(tmp_path, monkeypatch):
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    dataset = image_folder(tmp_path / "img", {"ash": 8, "elm": 8, "oak": 1})
+    line = refused(tmp_path / "r", "--protocol", "classify", "--loss", "softmax", "--dataset",
+                   dataset, "--dims", "4", "--batch-size", "4", *SMALL_IMAGES)  # fmt: skip
+    assert "class 'oak' has 1" in line and "add images to it" in line
+    assert "least populated" not in line  # not scikit-learn's words
+    with pytest.raises(ValueError, match="class 7 has 1"):
+        three_way(np.array([0, 0, 0, 0, 7, 0]))
+
+
+def test_a_test_class_the_classifier_never_trained_on_is_refused(tmp_path):
+    # Class 3 has one image, in the test split: the classifier has no column for it.
+    dataset = features_file(tmp_path / "f.npz", np.repeat([0, 1, 2], 10), [0, 1, 1, 2, 2, 3])
+    line = refused(tmp_path / "r", "--protocol", "classify", "--loss", "softmax", "--dataset",
+                   dataset, "--dims", "4", "--batch-size", "8")  # fmt: skip
+    assert "1 class of the test split" in line and "has no training image" in line
+
+
+def test_a_batch_the_processes_cannot_share_is_refused_before_torchrun(tmp_path, monkeypatch):
+    def torchrun(nproc):
+        raise AssertionError("torchrun started")
+
+    monkeypatch.setattr("bench.cli.run.relaunch_with_torchrun", torchrun)
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", "digits", "--nproc", "2",
+                   "--batch-size", "3")  # fmt: skip
+    assert line == (
+        "Error: a batch of 3 cannot be split between 2 processes; give a --batch-size "
+        "divisible by the number of processes"
+    )
+
+
+@pytest.mark.parametrize(
+    "args, line",
+    [
+        (["--crop", "300"], "--crop 300 exceeds the preset's resize 256"),
+        (["--resize", "100"], "the preset's crop 224 exceeds --resize 100"),
+        (["--resize", "64", "--crop", "96"], "--crop 96 exceeds --resize 64"),
+    ],
+)
+def test_a_crop_larger_than_its_image_is_refused(tmp_path, args, line):
+    error = refused(tmp_path / "r", "--dataset", f"folder:{tmp_path}", *args)
+    assert line in error and "give a --crop of at most" in error
+
+
+def test_every_command_that_builds_configs_checks_the_crop():
+    with pytest.raises(ValueError, match="--crop 300 exceeds"):
+        make_configs("cub", "nngk", None, {}, crop=300)
+    # The built-in sets are neither resized nor cropped: the options do not apply to them.
+    (cfg,) = make_configs("digits", "nngk", (8,), {}, resize=16)
+    assert cfg.resize == 16
+
+
+def test_features_refuses_a_crop_larger_than_its_image(tmp_path):
+    out = CliRunner().invoke(
+        main, ["features", "--dataset", f"folder:{tmp_path}", "--resize", "64", "--crop", "96",
+               "--out", str(tmp_path / "f.npz")],
+    )  # fmt: skip
+    assert out.exit_code == 1 and out.output.startswith("Error: --crop 96 exceeds --resize 64")
+    assert not (tmp_path / "f.npz").exists()
+
+
+def test_sigterm_stops_a_run_that_the_same_command_resumes(tmp_path):
+    command = [sys.executable, "-m", "bench.cli", "run", "--loss", "softmax", "--dataset",
+               "digits", "--epochs", "3", "--dims", "8", "--results", str(tmp_path)]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)  # fmt: skip
+    deadline, history = time.time() + 300, None
+    while time.time() < deadline and proc.poll() is None and history is None:
+        found = list(tmp_path.glob("digits-softmax-*/history.csv"))
+        history = found[0] if found else None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert history is not None, err[-2000:]
+    assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
+    assert err.strip().splitlines()[-1] == INTERRUPTED and "Traceback" not in err
+    run_dir = history.parent
+    assert not (run_dir / "metrics.json").exists()
+    assert not [p for p in run_dir.iterdir() if p.name.endswith(".tmp")]
+    saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # whole
+    assert 1 <= saved["progress"]["epoch"] < 3
+
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"resuming after epoch {saved['progress']['epoch']} of 3" in again.stderr
+    assert len(pd.read_csv(history)) == 3
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert math.isfinite(metrics["map@r"]) and metrics["epochs"] == 3
+
+
+def test_a_folder_without_imagenet_weights_offline_stops_before_its_cache(tmp_path, monkeypatch):
+    """A folder gets the metric preset (GoogLeNet, ImageNet weights): offline, with no weights in
+    torch's cache, one line says what to do before any image is decoded."""
+    from urllib.error import URLError
+
+    import torchvision.models._api as weights_api
+
+    def offline(*args, **kwargs):
+        raise URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torch.hub, "get_dir", lambda: str(tmp_path / "hub"))
+    monkeypatch.setattr(weights_api, "load_state_dict_from_url", offline)
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    dataset = image_folder(tmp_path / "img", {"ash": 6, "elm": 6, "oak": 6, "yew": 6})
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--epochs", "1")
+    assert line.startswith("Error: ImageNet weights for googlenet are not in ")
+    assert "--pretrained PATH (a state dict) or --pretrained none" in line
+    assert not (tmp_path / "cache").exists()  # no image was decoded
+    bad = tmp_path / "weights.pt"
+    bad.write_bytes(b"not a state dict")
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--epochs", "1",
+                   "--backbone", "resnet18", "--pretrained", bad)  # fmt: skip
+    assert "is not a readable PyTorch state dict for resnet18" in line
+    assert not (tmp_path / "cache").exists()
