@@ -1,4 +1,5 @@
-"""Seed 004 Eq. 2-3: a binary cross-entropy pair classifier on batch-normalised distances.
+"""The Tiny ImageNet pair-verification report Eq. 2-3: a binary cross-entropy pair classifier on
+batch-normalised distances.
 
 For the balanced online pairs (`miners.pair_generator`), with D_n the Euclidean distance of the
 two raw embeddings,
@@ -34,11 +35,13 @@ def batch_normalise(d: torch.Tensor) -> torch.Tensor:
 
 @register_loss("bce-pair")
 class BCEPairLoss(BenchLoss):
-    """Seed 004 Eq. 2-3: sigmoid(w * batchnorm(D) + b) with binary cross-entropy per pair."""
+    """The Tiny ImageNet pair-verification report Eq. 2-3: sigmoid(w * batchnorm(D) + b) with binary
+    cross-entropy per pair."""
 
     sources = {
         "pairs_per_anchor": (
-            "chosen here: each anchor gets one positive and one negative pair (seed 004 Algorithm"
+            "chosen here: each anchor gets one positive and one negative pair (the Tiny ImageNet "
+            "pair-verification report Algorithm"
             " 1 draws one pair per image, positive or negative at random, 50-50 overall)"
         ),
     }

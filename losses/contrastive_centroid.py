@@ -1,5 +1,6 @@
-"""Seed 004's final training setup with Algorithm 1: the squared contrastive loss (Eq. 4) over
-balanced online pairs whose negatives come from the classes with the closest centroids.
+"""The Tiny ImageNet pair-verification report's final training setup with Algorithm 1: the squared
+contrastive loss (Eq. 4) over balanced online pairs whose negatives come from the classes with the
+closest centroids.
 
 The centroids (class means of the training-set embeddings) and each class's `closest_classes`
 nearest classes are recomputed by `refresh` every `refresh_every` epochs (the trainer calls it
@@ -17,16 +18,22 @@ from miners.centroid_hard_negative import CentroidHardNegativeMiner
 
 @register_loss("contrastive-centroid")
 class ContrastiveCentroidLoss(ContrastiveSquaredLoss):
-    """Seed 004 Eq. 4 with Algorithm 1's negatives: from the M closest class centroids."""
+    """The Tiny ImageNet pair-verification report Eq. 4 with Algorithm 1's negatives: from the M
+    closest class centroids."""
 
     sources = {
-        "margin": "chosen here: seed 004 Eq. 4 has a margin m without a value",
+        "margin": (
+            "chosen here: the Tiny ImageNet pair-verification report Eq. 4 has a margin m "
+            "without a value"
+        ),
         "pairs_per_anchor": "chosen here, as bce-pair's",
         "closest_classes": (
-            "chosen here: seed 004 Fig. 9 sweeps M (accuracy improves only near M = 80)"
+            "chosen here: the Tiny ImageNet pair-verification report Fig. 9 sweeps M (accuracy "
+            "improves only near M = 80)"
         ),
         "refresh_every": (
-            "chosen here: seed 004 refreshes the centroids every K epochs without a value (Fig. "
+            "chosen here: the Tiny ImageNet pair-verification report refreshes the centroids "
+            "every K epochs without a value (Fig. "
             "9: before the 1st and 5th)"
         ),
     }

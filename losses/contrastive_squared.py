@@ -1,4 +1,5 @@
-"""Seed 004 Eq. 4: the contrastive loss of Chopra/Hadsell in squared form, over online pairs.
+"""The Tiny ImageNet pair-verification report Eq. 4: the contrastive loss of Chopra/Hadsell in
+squared form, over online pairs.
 
     L = 1/(2N) sum_n y_n D_n^2 + (1 - y_n) max(0, m - D_n)^2,   y_n = 1 for a similar pair,
 
@@ -28,10 +29,14 @@ def contrastive_squared(
 
 @register_loss("contrastive-squared")
 class ContrastiveSquaredLoss(BenchLoss):
-    """Seed 004 Eq. 4: y D^2 + (1 - y) max(0, m - D)^2 over balanced online pairs, raw D."""
+    """The Tiny ImageNet pair-verification report Eq. 4: y D^2 + (1 - y) max(0, m - D)^2 over
+    balanced online pairs, raw D."""
 
     sources = {
-        "margin": "chosen here: seed 004 Eq. 4 has a margin m without a value",
+        "margin": (
+            "chosen here: the Tiny ImageNet pair-verification report Eq. 4 has a margin m "
+            "without a value"
+        ),
         "pairs_per_anchor": "chosen here, as bce-pair's",
     }
     search_space = {"margin": ("float", 0.2, 2.0)}

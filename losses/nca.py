@@ -6,7 +6,7 @@ from losses.registry import register_loss
 
 @register_loss("nca")
 class NCALoss(PMLLoss):
-    """Goldberger et al. 2005 within the batch: softmax over -scale * squared distances of
+    """Goldberger et al. 2004 within the batch: softmax over -scale * squared distances of
     L2-normalised embeddings (PML's NCALoss)."""
 
     sources = {

@@ -113,16 +113,19 @@ class NNGKLoss(BenchLoss):
 
     sources = {
         "sigma": (
-            "seed 000 §3.1: 'values between 10 and 30 work well' (presets: 10 to 30 by size for a"
+            "Meyer et al. 2018 §3.1: 'values between 10 and 30 work well' (presets: 10 to 30 by "
+            "size for a"
             " pretrained network, 1 for one trained from scratch)"
         ),
-        "k": "seed 000 §3.1: 'We use 100 nearest neighbours'",
+        "k": "Meyer et al. 2018 §3.1: 'We use 100 nearest neighbours'",
         "update_interval": (
-            "seed 000 §3.1: 'an update interval of 10 epochs' (presets: every epoch for a network"
+            "Meyer et al. 2018 §3.1: 'an update interval of 10 epochs' (presets: every epoch for "
+            "a network"
             " trained from scratch)"
         ),
         "learn_weights": (
-            "seed 000 §2.1: weights 'learned end-to-end' (fixed at one: the Table 5 ablation)"
+            "Meyer et al. 2018 §2.1: weights 'learned end-to-end' (fixed at one: the Table 5 "
+            "ablation)"
         ),
         "index": (
             "chosen here for large banks: exact search below 100,000 training examples, as the"

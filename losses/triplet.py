@@ -18,7 +18,7 @@ class TripletLoss(PMLLoss):
             "its TripletMarginLoss default 0.05); on non-squared distances of L2-normalised "
             "embeddings"
         ),
-        "miner": "seed 003 compares all, semihard and easy-positive; semi-hard is FaceNet's",
+        "miner": "Liu et al. 2019 compares all, semihard and easy-positive; semi-hard is FaceNet's",
     }
     search_space = {"margin": ("float", 0.05, 0.5)}
 

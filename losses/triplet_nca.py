@@ -1,4 +1,4 @@
-"""Seed 003's triplet loss in NCA form (Liu et al. 2019, Sec. 2.1) on unit-length embeddings:
+"""Liu et al. 2019's triplet loss in NCA form (Sec. 2.1) on unit-length embeddings:
 
     -ln( exp(s_ap / T) / (exp(s_ap / T) + exp(s_an / T)) ) = softplus((s_an - s_ap) / T),
 
@@ -34,9 +34,11 @@ class TripletNCALoss(BenchLoss):
     """Liu et al. 2019: NCA-form triplet loss, -ln softmax of s_ap/T against s_an/T, mined."""
 
     sources = {
-        "miner": "seed 003's Semi-Hard Negative strategy (SHN)",
-        "temperature": "chosen here: seed 003 gives no temperature",
-        "margin": "chosen here: seed 003 selects negatives 'within a margin' without a value",
+        "miner": "Liu et al. 2019's Semi-Hard Negative strategy (SHN)",
+        "temperature": "chosen here: Liu et al. 2019 gives no temperature",
+        "margin": (
+            "chosen here: Liu et al. 2019 selects negatives 'within a margin' without a value"
+        ),
     }
     search_space = {"temperature": ("log", 0.02, 0.5)}
 

@@ -1,4 +1,5 @@
-"""Seed 004 Algorithm 1: offline class-centroid hard-negative pair mining.
+"""The Tiny ImageNet pair-verification report Algorithm 1: offline class-centroid hard-negative pair
+mining.
 
 `refresh` takes the embeddings of the whole training set, computes each class's mean and stores,
 for each class, its `closest` nearest other class means (Euclidean). Mining then forms the
@@ -33,7 +34,8 @@ def class_means(embeddings: torch.Tensor, labels: torch.Tensor):
 
 @register_miner("centroid-hard-negative")
 class CentroidHardNegativeMiner(BaseMiner):
-    """Seed 004 Algorithm 1: negatives from the closest class centroids, balanced pairs."""
+    """The Tiny ImageNet pair-verification report Algorithm 1: negatives from the closest class
+    centroids, balanced pairs."""
 
     def __init__(self, margin: float = 0.2, closest: int = 5, pairs_per_anchor: int = 1, **kwargs):
         super().__init__(**kwargs)

@@ -1,4 +1,5 @@
-"""Seed 004's Data Generator, online: balanced positive and negative pairs within the batch.
+"""The Tiny ImageNet pair-verification report's Data Generator, online: balanced positive and
+negative pairs within the batch.
 
 Every anchor gets `pairs_per_anchor` positive partners (same label, never itself) and as many
 negative partners (another label), drawn with the torch RNG so that the trainer's per-epoch

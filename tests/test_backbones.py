@@ -407,7 +407,7 @@ def test_backbone_embedding_is_the_backbones_own_output() -> None:
     x = torch.randn(1, 3, 64, 64)
     assert torch.equal(vgg(x), vgg.features(x))  # FC7, no layer added
     res = build_model("resnet18", 512, "none", 3, embedding="backbone")
-    assert isinstance(res.embed, torch.nn.Dropout)  # seed 000: dropout after the final pooling
+    assert isinstance(res.embed, torch.nn.Dropout)  # Meyer et al. 2018: dropout after pooling
     with pytest.raises(ValueError, match="the backbone embedding of alexnet has 4096 dims"):
         build_model("alexnet", 64, "none", 3, embedding="backbone")
     small = build_model("small_cnn", 1024, "none", 1, embedding="backbone")

@@ -3,12 +3,11 @@ loss class-balanced, the rest random; --m-per-class overrides."""
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from bench.cli import main
 from bench.train.loaders import epoch_loader, load_data, train_loader
 from bench.train.presets import make_configs
 from losses import build_loss
+from tests.conftest import cli
 
 DATA = "glyphs:classes=80,instances=6,size=12"  # 40 training classes
 
@@ -52,7 +51,7 @@ def test_softmax_batches_are_random():
 
 def test_run_records_the_sampler(tmp_path):
     args = ["run", "--loss", "npair", "--dataset", DATA, "--epochs", "1", "--dims", "8"]
-    out = CliRunner().invoke(main, [*args, "--results", str(tmp_path)])
+    out = cli(*args, "--results", tmp_path)
     assert out.exit_code == 0, out.output
     (run,) = [p for p in tmp_path.iterdir() if "-npair-" in p.name]
     assert '"sampler": "32 classes x 2"' in (run / "metrics.json").read_text()

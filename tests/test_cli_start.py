@@ -2,48 +2,65 @@
 heavy package (torch, scikit-learn, pandas, ...: their import takes seconds), so `--help` is
 quick; and the list says what each command's own help says."""
 
+import json
 import subprocess
 import sys
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from bench.cli import COMMANDS, main, short_help
+from bench.cli import COMMANDS, first_sentence, main, short_help
 
 HEAVY = ("torch", "torchvision", "sklearn", "pandas", "faiss", "optuna", "scipy")
 
+# In one fresh interpreter (one start, not one a command): `nngk-bench --help` and the heavy
+# packages then loaded, then each command's module and help in turn and the heavy packages each
+# brought in; a package any of them imports is found at the first that does.
+HELPS = f"""
+import contextlib, importlib, io, json, sys
+from bench.cli import COMMANDS, main
 
-def test_help_imports_no_heavy_package():
-    code = (
-        "import sys\n"
-        "from bench.cli import main\n"
-        "try:\n"
-        "    main(['--help'])\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert "Commands:" in out.stdout and "tune " in out.stdout
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+def heavy():
+    return {{m for m in {HEAVY!r} if m in sys.modules}}
+
+def help_of(args, **kwargs):
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        try:
+            main(args, **kwargs)
+        except SystemExit:
+            pass
+    return text.getvalue()
+
+found = {{}}
+found["--help"] = dict(help=help_of(["--help"]), heavy=sorted(heavy()))  # bench.cli too
+for name in sorted(COMMANDS):
+    before = heavy()
+    importlib.import_module(COMMANDS[name].split(":")[0])
+    text = help_of([name, "--help"], prog_name="nngk-bench")
+    found[name] = dict(help=text, heavy=sorted(heavy() - before))
+print(json.dumps(found))
+"""
+
+
+@pytest.fixture(scope="module")
+def helps() -> dict[str, dict]:
+    """Each help's text and the heavy packages it imported, by command ("--help": the list)."""
+    out = subprocess.run([sys.executable, "-c", HELPS], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_no_heavy_package(helps):
+    assert "Commands:" in helps["--help"]["help"] and "tune " in helps["--help"]["help"]
+    assert helps["--help"]["heavy"] == []
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
-def test_each_commands_help_imports_no_heavy_package(name):
-    module = COMMANDS[name].split(":")[0]
-    code = (
-        "import importlib, sys\n"
-        f"importlib.import_module({module!r})\n"
-        "from bench.cli import main\n"
-        "try:\n"
-        f"    main([{name!r}, '--help'], prog_name='nngk-bench')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert f"Usage: nngk-bench {name} [OPTIONS]" in out.stdout, out.stdout
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+def test_each_commands_help_imports_no_heavy_package(helps, name):
+    assert f"Usage: nngk-bench {name} [OPTIONS]" in helps[name]["help"], helps[name]["help"]
+    assert helps[name]["heavy"] == []
 
 
 def test_the_list_shows_each_commands_own_short_help():
@@ -58,3 +75,31 @@ def test_the_list_shows_each_commands_own_short_help():
 def test_an_unknown_command_is_one_line():
     out = CliRunner().invoke(main, ["trian"])
     assert out.exit_code == 2 and "No such command 'trian'" in out.output
+
+
+SHORT_HELPS = [
+    ("Train and evaluate LOSS on DATASET, one run per embedding size and seed.",
+     "Train and evaluate LOSS on DATASET, one..."),
+    ("Compare runs.\n\nA second paragraph.", "Compare runs."),
+    ("Compare the runs' metrics with a baseline;\nexit non-zero.  More here.",
+     "Compare the runs' metrics with a baseline;..."),
+    ("Short.  Then a second sentence.", "Short."),
+    ("Plot the same- vs. different-class scatter.", "Plot the same- vs. different-class scatter."),
+    ("One e.g. two. Three.", "One e.g. two."),
+    ("Ends without a period", "Ends without a period"),
+    ("A well-known-hyphenated-word-that-runs-past-the-width-of-the-list here",
+     "A..."),
+    ("\b\nNo rewrap marker first.", "No rewrap marker first."),
+    ("", ""),
+    ("   \n  ", ""),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, short", SHORT_HELPS)
+def test_a_short_help_is_the_first_sentence_cut_as_click_cuts_it(text, short):
+    assert first_sentence(text) == short
+    # click's own short help of a command with this help (what `nngk-bench CMD` would list)
+    assert click.Command("x", help=text).get_short_help_str() == short
+    assert len(first_sentence(text)) <= 45 and first_sentence(text, width=10) == (
+        click.Command("x", help=text).get_short_help_str(limit=10)
+    )

@@ -1,3 +1,6 @@
+import json
+from dataclasses import fields, replace
+
 import pytest
 
 from bench.runs.config import RunConfig
@@ -73,3 +76,64 @@ def test_folder_datasets_get_file_safe_names():
 def test_the_options_offer_every_preset_by_its_name():
     # The command line reads the names without importing the presets (and torch behind them).
     assert PRESET_NAMES == tuple(PRESETS)
+
+
+# Run ids computed before the command line was built from RunConfig's fields (issue 23): a
+# refactor of the configuration must rename no run (its skip, resume and report follow the id).
+PINNED_IDS = {
+    "glyphs-nngk-d64-s0-f6313792": lambda: make_configs("glyphs", "nngk", (64,), {}, seed=0)[0],
+    "digits-triplet-all-d8-s1-4e66e44e": lambda: make_configs(
+        "digits", "triplet", (8,), {"miner": "all"}, seed=1
+    )[0],
+    "cub-classify-nngk-d4096-s0-9cbc48b3": lambda: make_configs(
+        "cub", "nngk", None, {}, protocol="classify"
+    )[0],
+    "cars196-nngk-d512-s0-7573519c": lambda: make_configs("cars196", "nngk", (64, 512), {})[1],
+    "features-data-fc7.npz-softmax-d64-s0-ded84893": lambda: make_configs(
+        "features:/data/fc7.npz", "softmax", None, {}
+    )[0],
+    "digits-contrastive-d8-s1-11e17738": lambda: replace(
+        make_configs(
+            "digits", "contrastive", (8,), {"neg_margin": 0.3}, seed=1, lr=0.01, weight_decay=1e-4
+        )[0],
+        preset="tuned",
+        tuned="digits-contrastive-d8-t8-e3-f1-s0",
+    ),
+    "glyphs-triplet-nca-semihard-d64-s0-3f9e549a": lambda: make_configs(
+        "glyphs", "triplet-nca", None, {"miner": "semihard"}, preset="seed003", embedding="gap"
+    )[0],
+    "tinyimagenet-pairs-contrastive-d96-s0-e737f918": lambda: make_configs(
+        "tinyimagenet", "contrastive", None, {}, protocol="pairs"
+    )[0],
+    "folder-x-birds-nngk-d32-s0-377a5390": lambda: make_configs(
+        "folder:/x/birds",
+        "nngk",
+        (32,),
+        {"sigma": 2.0, "learn_weights": False},
+        crop_mode="aspect",
+        val_split="classes",
+        freeze_backbone=True,
+        pretrained="none",
+    )[0],
+}
+
+
+@pytest.mark.parametrize("run_id", sorted(PINNED_IDS))
+def test_run_ids_never_change(run_id):
+    assert PINNED_IDS[run_id]().run_id() == run_id
+
+
+def test_every_field_says_what_it_is_and_whether_it_is_an_option():
+    for setting in fields(RunConfig):
+        assert setting.metadata["help"].endswith((".", ")")), setting.name
+        assert isinstance(setting.metadata["option"], bool)
+
+
+def test_a_config_is_read_back_from_its_record_without_its_data_identity():
+    cfg = make_configs("cub", "triplet", (64,), {"miner": "all"}, epochs=3)[0]
+    cfg = replace(cfg, data_location="/data/cub", data_fingerprint="abc")
+    record = json.loads(json.dumps({**cfg.to_dict(), "run_id": cfg.run_id(), "device": "cpu"}))
+    again = RunConfig.from_record(record)
+    assert again == replace(cfg, data_location="", data_fingerprint="")
+    older = {k: v for k, v in record.items() if k not in ("crop_mode", "val_split")}
+    assert RunConfig.from_record(older) == again  # a field added since: its default

@@ -9,11 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
 
-from bench.cli import main
 from bench.data.feature_files import read_features_file
 from bench.models.backbones import build_backbone
+from tests.conftest import cli
 
 ROWS = 12
 
@@ -43,7 +42,7 @@ def test_a_features_file_with_no_columns_is_refused_before_any_run_folder(tmp_pa
     path = tmp_path / "zero.npz"
     path.write_bytes(npz_bytes(**{**good_arrays(), "features": np.zeros((ROWS, 0), np.float32)}))
     args = ["run", "--loss", "contrastive", "--dataset", f"features:{path}", "--dims", "8"]
-    line = one_error_line(CliRunner().invoke(main, [*args, "--results", str(tmp_path / "r")]))
+    line = one_error_line(cli(*args, "--results", tmp_path / "r", catch_exceptions=True))
     assert str(path) in line and "features has shape (12, 0): no feature columns" in line
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
 
@@ -175,7 +174,7 @@ def test_an_unreadable_pretrained_file_stops_the_run_with_one_line(tmp_path):
     args = ["run", "--loss", "contrastive", "--dataset", "glyphs:classes=8,instances=10,size=12"]
     args += ["--backbone", "resnet18", "--pretrained", str(path), "--epochs", "1"]
     args += ["--batch-size", "8", "--dims", "8"]
-    out = CliRunner().invoke(main, [*args, "--results", str(tmp_path / "r")])
+    out = cli(*args, "--results", tmp_path / "r", catch_exceptions=True)
     line = one_error_line(out)
     assert "not a readable PyTorch state dict" in line and "weights_only" not in out.output
 
@@ -190,6 +189,6 @@ def test_a_data_set_not_under_the_data_root_names_the_root_given(tmp_path, monke
         args += ["--data-root", str(root)]
     else:
         monkeypatch.setenv("NNGK_DATA", str(root))
-    line = one_error_line(CliRunner().invoke(main, args))
+    line = one_error_line(cli(*args, catch_exceptions=True))
     assert f"{Path(root) / 'CUB_200_2011' / 'images.txt'} not found" in line
     assert f"looked in the data root {root}; to use another, pass --data-root ROOT" in line

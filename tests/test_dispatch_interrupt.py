@@ -51,10 +51,14 @@ def until(condition, timeout_s: float, what: str) -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads Linux's /proc")
+# SIGINT and SIGTERM reach the command's one handler (bench/cli/interrupt.py, stop_signals), so
+# SIGTERM to the command alone stands for both; Ctrl-C at a terminal (SIGINT to the whole
+# group, the jobs' processes too) is the other case. (SIGINT to the command alone, the same
+# path as SIGTERM's, was a third variant; the in-process tests below send each signal.)
 @pytest.mark.parametrize(
     "signum, whole_group",
-    [(signal.SIGINT, False), (signal.SIGTERM, False), (signal.SIGINT, True)],
-    ids=["sigint-to-the-command", "sigterm-to-the-command", "ctrl-c-to-the-terminals-group"],
+    [(signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["sigterm-to-the-command", "ctrl-c-to-the-terminals-group"],
 )
 def test_a_signal_cancels_the_training_job_in_one_line(tmp_path, signum, whole_group):
     results, output = tmp_path / "results", tmp_path / "output.txt"

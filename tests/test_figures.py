@@ -101,7 +101,9 @@ FIGURES = {
             )
         }
     ),
-    "pr_curves": lambda: figures.pr_curves({"seen": pr_curve(0), "unseen": pr_curve(1)}),
+    "pr_curve_panels_one": lambda: figures.pr_curve_panels(
+        {"precision-recall": {"seen": pr_curve(0), "unseen": pr_curve(1)}}
+    ),
     "metrics_vs_dims": lambda: figures.metrics_vs_dims(
         runs(), ["recall@1", "nmi"], {"raw inputs": {"nmi": 0.3}}
     ),

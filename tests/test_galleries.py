@@ -154,11 +154,14 @@ def test_a_small_example_frames_green_and_red_pixels():
     assert colour_pixels(red, RED) >= frame and colour_pixels(red, GREEN) == 0
 
 
-def test_worst_queries_have_the_lowest_average_precision(glyph_runs):
+def test_the_worst_gallery_shows_the_queries_of_lowest_average_precision(glyph_runs, monkeypatch):
     emb, labels = saved(glyph_runs[1][0])
     ap = hand_ap_at_r(emb, labels)
-    worst = gal.worst_queries(emb, labels, 5)
-    np.testing.assert_allclose(ap[worst], np.sort(ap)[:5])
+    drawn = {}
+    monkeypatch.setattr(gal, "gallery_figure", lambda *a: drawn.update(queries=a[3], notes=a[7]))
+    gal.worst_figure(lambda i: None, emb, labels, 5, 3, "worst", ())
+    np.testing.assert_allclose(ap[drawn["queries"]], np.sort(ap)[:5])
+    assert drawn["notes"] == [f"AP@R {a:.2f}" for a in np.sort(ap)[:5]]
 
 
 def test_compare_prefers_disagreements_and_refuses_another_data_set(

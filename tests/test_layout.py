@@ -14,6 +14,7 @@ FLOORS = (
     ("bench.train", "bench.classic", "bench.report", "bench.speed"),
     ("losses",),
     ("miners", "bench.data", "bench.models", "bench.evaluation", "bench.runs"),
+    ("bench.protocols",),
     ("bench.util",),
 )
 MAX_LINES = 400

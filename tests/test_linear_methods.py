@@ -1,5 +1,5 @@
-"""Seed 002: NML, linear ML, LMNN against hand-written references, mprec@K, the features file
-and the `features` and `linear` commands."""
+"""Sharma et al. 2015: NML, linear ML, LMNN against hand-written references, mprec@K, the features
+file and the `features` and `linear` commands."""
 
 import json
 from pathlib import Path
@@ -19,13 +19,14 @@ from bench.classic.linear_ml import (
 )
 from bench.classic.lmnn import lmnn_loss, lmnn_loss_and_gradient, target_neighbours
 from bench.classic.methods import METHODS, method_defaults, run_linear_method
-from bench.classic.nml import NML, chi2_kernel, chi2_kernel_grad, nml_distances, nml_gradient
+from bench.classic.nml import NML, chi2_kernel, chi2_kernel_grad, nml_gradient
 from bench.classic.projections import PCAProjection
 from bench.cli import main
 from bench.data.feature_files import FeatureSplits
 from bench.data.features import load_features
 from bench.evaluation.metrics import METRIC_KEYS, evaluate
 from bench.evaluation.retrieval import mprec_at_k
+from bench.protocols import get_protocol
 
 F64 = torch.float64  # the gradient checks compare to 1e-7
 
@@ -48,6 +49,11 @@ def pair_batch():
     return x[:12], x[12:], y
 
 
+def kernel_distances(pre: torch.Tensor, xi: torch.Tensor, xj: torch.Tensor) -> torch.Tensor:
+    """d^2(x_i, x_j) of each pair in the kernel space (Eq. 8), through the kernel NML embeds by."""
+    return (chi2_kernel(pre, xi) - chi2_kernel(pre, xj)).pow(2).sum(1)
+
+
 def chi2_loop(pre: list[float], x: list[float]) -> float:
     return sum(2 * p * v / (p + v) for p, v in zip(pre, x, strict=True) if p + v > 0)
 
@@ -60,8 +66,12 @@ def test_nml_loss_equals_a_plain_loop_over_pairs(pair_batch) -> None:
     for a, b, s in zip(xi.tolist(), xj.tolist(), y.tolist(), strict=True):
         d2 = sum((chi2_loop(p, a) - chi2_loop(p, b)) ** 2 for p in pre.tolist())
         expected += max(0.0, 0.02 - s * (0.1 - d2))
-    got = hinge_loss(nml_distances(pre, xi, xj), y, bias=0.1, margin=0.02).sum()
+    got = hinge_loss(kernel_distances(pre, xi, xj), y, bias=0.1, margin=0.02).sum()
     assert float(got) == pytest.approx(expected, rel=1e-10)
+    fitted = NML(dims=3)
+    fitted.pre_images = pre.numpy()  # the embedding's distances are the loss's
+    embedded = fitted.transform(xi.numpy()) - fitted.transform(xj.numpy())
+    np.testing.assert_allclose((embedded**2).sum(1), kernel_distances(pre, xi, xj), rtol=1e-6)
     assert chi2_kernel(xi[:1], xi[:1]).item() == pytest.approx(1.0)  # K(x, x) = 1
 
 
@@ -70,7 +80,7 @@ def test_nml_gradient_is_the_derivative_of_its_loss(pair_batch) -> None:
     pre = histograms(3, 7, seed=2)
     pre[1, 2] = 0
     auto = pre.clone().requires_grad_(True)
-    loss = hinge_loss(nml_distances(auto, xi, xj), y, bias=0.1, margin=0.02)
+    loss = hinge_loss(kernel_distances(auto, xi, xj), y, bias=0.1, margin=0.02)
     assert 0 < int((loss > 0).sum()) < len(y)  # both active and inactive pairs
     loss.sum().backward()
     torch.testing.assert_close(nml_gradient(0.1, 0.02)(pre, xi, xj, y), auto.grad)
@@ -254,6 +264,7 @@ def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
     for method, run_dir in runs.items():
         metrics = json.loads((run_dir / "metrics.json").read_text())
         assert set(METRIC_KEYS) | {"mprec@1", "mprec@10", "mprec@50"} <= set(metrics)
+        assert set(get_protocol("linear").columns) <= set(metrics)  # the report's columns
         assert metrics["loss"] == method and metrics["protocol"] == "linear"
         assert metrics["miner"] is None and metrics["dataset"] == "digits"
         assert metrics["dims"] == (64 if method == "no-projection" else 8)
@@ -297,7 +308,7 @@ def test_linear_command_errors_write_nothing(tmp_path) -> None:
 
 
 def test_nml_and_linear_ml_beat_pca_at_8_dims() -> None:
-    """Seed 002's claim on digits under its own protocol (the same classes in training and
+    """Sharma et al. 2015's claim on digits under its own protocol (the same classes in training and
     test; see README): mprec@10 at d = 8, with a tenth of the paper's iterations."""
     f = load_features("digits", protocol="classify")
     x, y = f.train_val()

@@ -18,6 +18,7 @@ from bench.data.sources.flowers102 import read_flowers102
 from bench.data.sources.leafsnap import read_leafsnap
 from bench.data.sources.tinyimagenet import read_tinyimagenet
 from bench.data.splits import make_splits
+from bench.protocols import get_protocol
 from tests.fixtures.cars196 import make_cars196
 from tests.fixtures.cub import make_cub
 from tests.fixtures.flowers102 import make_flowers102
@@ -311,6 +312,7 @@ def test_classify_protocol_reports_test_accuracy(loss, tmp_path, monkeypatch):
     run, metrics = finished(tmp_path / "r", loss)
     assert run.name.startswith("cub-classify-")
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["nll"] > 0
+    assert set(get_protocol("classify").columns) <= set(metrics)  # the report's columns
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_accuracy" in history and "val_nll" in history
     # CUB is cropped to its boxes under this protocol: the cache holds the cropped images.
@@ -348,6 +350,7 @@ def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, m
         categories = (run / f"categories_{split}.csv").read_text().splitlines()
         assert categories[0].startswith("label,class_name,pairs,accuracy,far,frr")
     assert metrics["threshold"] > 0
+    assert set(get_protocol("pairs").columns) <= set(metrics)  # the report's columns
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_pair_accuracy" in history
 

@@ -150,7 +150,8 @@ def test_seed004(ref):
 def test_reference_rows_filters():
     cars = reference_rows("cars196", "metric")
     assert set(cars["protocol"]) == {"metric"} and set(cars["dataset"]) == {"cars196"}
-    # Seed 000 contributes its Table 1 only; seed 003's Table 1 (R@1 on CAR) is the other part.
+    # Meyer et al. 2018 contributes its Table 1 only; Liu et al. 2019's Table 1 (R@1 on CAR) is the
+    # other part.
     from_000 = cars[cars["source"] == S000]
     assert set(from_000["table"]) == {"Table 1"} and len(from_000) == 55
     assert set(cars["source"]) == {S000, S003}
@@ -176,8 +177,8 @@ def _seeds_dir() -> Path | None:
 
 @pytest.mark.skipif(_seeds_dir() is None, reason="the seed documents are not at hand")
 def test_every_value_is_printed_in_its_source(ref):
-    """Each value x100 is a number printed in its source; table rows of seed 000 and 003 read
-    back as the very lines of their tables."""
+    """Each value x100 is a number printed in its source; table rows of Meyer et al. 2018 and Liu et
+    al. 2019 read back as the very lines of their tables."""
     texts = {s: (_seeds_dir() / s).read_text(encoding="utf-8") for s in set(ref["source"])}
     printed = {
         s: {Decimal(n) for n in re.findall(r"(?<![\d.])\d+(?:\.\d+)?(?![\d.])", t)}

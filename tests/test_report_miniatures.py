@@ -1,5 +1,6 @@
-"""The report's paper tables from real runs on the data-set miniatures: seed 000 Tables 3-4
-from classify runs on CUB, seed 004 Table 3 and its figures from a pairs run on Tiny ImageNet."""
+"""The report's paper tables from real runs on the data-set miniatures: Meyer et al. 2018 Tables 3-4
+from classify runs on CUB, the Tiny ImageNet pair-verification report Table 3 and its figures from a
+pairs run on Tiny ImageNet."""
 
 import json
 import re

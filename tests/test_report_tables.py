@@ -1,5 +1,6 @@
-"""The report's paper tables (seed 000 Tables 3-5, seed 003 Table 1, seed 004 Table 3), from run
-folders written here in the run store's format."""
+"""The report's paper tables (Meyer et al. 2018 Tables 3-5, Liu et al. 2019 Table 1, the Tiny
+ImageNet pair-verification report Table 3), from run folders written here in the run store's
+format."""
 
 import numpy as np
 import pandas as pd
@@ -113,7 +114,7 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     # The 95 % t interval of two seeds, as in the main table: t(0.975, 1) * s / sqrt(2).
     half = stats.t.ppf(0.975, 1) * np.std([0.7, 0.8], ddof=1) / np.sqrt(2)
     assert vgg["softmax ci"] == pytest.approx(half, abs=1e-6)
-    # Seed 000 Table 3 (CUB) from the reference data, beside the measured rows.
+    # Meyer et al. 2018 Table 3 (CUB) from the reference data, beside the measured rows.
     paper = md_rows(published)
     assert row_of(paper, "Table 3", "vgg16")[-2:] == ["78.63", "75.37"]
     assert row_of(paper, "Table 3", "alexnet")[-2:] == ["66.95", "62.41"]
@@ -154,7 +155,7 @@ def test_no_classification_files_without_classify_runs(tmp_path):
     assert not any(p.name.startswith("classification") for p in written)
 
 
-# ---------------------------------------------------------------- seed 003 Table 1
+# ---------------------------------------------------------------- Liu et al. 2019 Table 1
 
 
 def test_train_test_table_per_embedding_split_and_method(tmp_path):
@@ -208,7 +209,7 @@ def test_train_test_table_per_embedding_split_and_method(tmp_path):
     assert (labels[idx[:, 0]] == labels).mean() == 0.5
     csv = pd.read_csv(out / "cub-train-test.csv")
     assert csv.loc[csv["row"] == "GAP (train)", "npair mean"].item() == pytest.approx(0.5)
-    # Seed 003 Table 2 (CUB) beside it, with its own strategy names.
+    # Liu et al. 2019 Table 2 (CUB) beside it, with its own strategy names.
     paper = md_rows(published)
     assert paper[0][-4:] == ["BatchAll", "EPSHN", "Npair", "SHN"]
     assert row_of(paper, "FC (train)")[-4:] == ["90.91", "85.79", "92.18", "86.72"]
@@ -250,7 +251,7 @@ def test_runs_differing_in_a_setting_get_their_own_rows(tmp_path):
     assert gap["map@r_mean"] == pytest.approx(0.6) and gap["runs"] == 1
 
 
-# ---------------------------------------------------------------- seed 004 Table 3
+# ------------------------------ the Tiny ImageNet pair-verification report Table 3
 
 
 def categories(seed: int, accuracies) -> pd.DataFrame:
@@ -339,7 +340,7 @@ def test_a_papers_preset_gets_its_own_table_with_the_baseline(tmp_path):
     assert row_of(md_rows((tmp_path / "out" / "digits.md").read_text()), "npair")[-1] == "1"
 
 
-# ---------------------------------------------------------------- seed 002
+# ---------------------------------------------------------------- Sharma et al. 2015
 
 
 def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path):

@@ -10,18 +10,17 @@ from contextlib import contextmanager
 
 import pytest
 import torch
-from click.testing import CliRunner
 
 import bench.train.trainer as trainer
 import bench.util.atomic as atomic
-from bench.cli import main
 from losses.softmax import SoftmaxLoss
-
-FAST = ["--loss", "softmax", "--dataset", "digits", "--epochs", "2", "--dims", "16"]
+from tests.conftest import FAST, cli
 
 
 def invoke(results, *extra):
-    return CliRunner().invoke(main, ["run", *FAST, "--results", str(results), *extra])
+    """A fast softmax run into `results` (an exception: exit code 1, as a user would see)."""
+    return cli("run", "--loss", "softmax", *FAST, "--results", results, *extra,
+               catch_exceptions=True)  # fmt: skip
 
 
 def error_line(out) -> str:
@@ -170,8 +169,6 @@ def test_a_real_read_only_folder_keeps_its_finished_runs(tmp_path):
     with mounted(results, "--bind", "-o", "ro", str(results)):
         line = error_line(invoke(results, "--seed", "1"))
         assert "cannot write" in line and str(results) in line
-        out = CliRunner().invoke(
-            main, ["report", "--results", str(results), "--out", str(tmp_path / "rep")]
-        )
+        out = cli("report", "--results", results, "--out", tmp_path / "rep")
         assert out.exit_code == 0, out.output
     assert sorted(p.name for p in results.iterdir()) == before

@@ -1,4 +1,4 @@
-"""Seed 003's preset (Liu et al. 2019 §2) and its FC against GAP runs with training-split R@1."""
+"""Liu et al. 2019's preset (§2) and its FC against GAP runs with training-split R@1."""
 
 import json
 

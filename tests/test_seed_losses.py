@@ -23,7 +23,7 @@ from losses.registry import build_loss, loss_defaults
 from miners import build_miner
 from miners.centroid_hard_negative import CentroidHardNegativeMiner, closest_classes
 from miners.pair_generator import balanced_pairs
-from tests.test_losses import rows, unit_rows
+from tests.loss_reference import rows, unit_rows
 
 F64 = torch.float64
 LABELS = [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]

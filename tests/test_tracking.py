@@ -10,12 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
-from bench.cli import main
 from bench.runs.config import RunConfig
 from bench.train.guards import StepLosses
 from bench.train.tracking import RunLog, open_run_log
+from tests.conftest import cli
 
 DATA = "glyphs:classes=16,instances=10,size=12"  # 8 training classes: 4 steps an epoch
 RUN = ["run", "--loss", "nngk", "--dataset", DATA, "--dims", "8", "--epochs", "2"]
@@ -23,8 +22,9 @@ RUN += ["--batch-size", "16"]
 NNGK_STATS = ("mean_centre_distance", "mean_kernel_value", "kernel_exponent_spread")
 
 
-def cli(results: Path, *args: str):
-    return CliRunner().invoke(main, [*RUN, "--results", str(results), *args])
+def train(results: Path, *args: str):
+    """The NNGK run of RUN into `results` (an exception: exit code 1, as a user would see)."""
+    return cli(*RUN, "--results", results, *args, catch_exceptions=True)
 
 
 def the_run(results: Path) -> Path:
@@ -48,14 +48,14 @@ def interrupted(results: Path, monkeypatch, unlogged: Path, steps: int, *args: s
 
     with monkeypatch.context() as patch:
         patch.setattr(StepLosses, "add", add_then_interrupt)
-        assert cli(results, *args).exit_code == 130
+        assert train(results, *args).exit_code == 130
     return the_run(results)
 
 
 @pytest.fixture(scope="module")
 def unlogged(tmp_path_factory) -> Path:
     results = tmp_path_factory.mktemp("none")
-    out = cli(results)
+    out = train(results)
     assert out.exit_code == 0, out.output
     return the_run(results)
 
@@ -68,7 +68,7 @@ def test_tensorboard_reads_the_history_the_steps_and_the_settings(tmp_path, monk
     # Stopped in the second epoch's third step: the resumed run logs steps 5 and 6 again.
     run = interrupted(tmp_path, monkeypatch, unlogged, 6, "--log", "tensorboard")
     assert len(list((run / "tensorboard").iterdir())) == 1
-    assert cli(tmp_path, "--log", "tensorboard").exit_code == 0
+    assert train(tmp_path, "--log", "tensorboard").exit_code == 0
     assert run.name == unlogged.name  # the log changes no run id
     assert len(list((run / "tensorboard").iterdir())) == 2  # the resumed run's own file
     events = EventAccumulator(str(run / "tensorboard"), size_guidance={"scalars": 0})
@@ -110,7 +110,7 @@ def test_mlflow_keeps_one_run_through_a_resume_in_a_local_store(tmp_path, monkey
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     run_id = (run / "mlflow_run_id.txt").read_text().strip()
     assert client.get_run(run_id).info.status == "KILLED"
-    assert cli(tmp_path, "--log", "mlflow").exit_code == 0
+    assert train(tmp_path, "--log", "mlflow").exit_code == 0
     assert run.name == unlogged.name
     experiment = client.get_experiment_by_name(DATA)
     (logged,) = client.search_runs([experiment.experiment_id])
@@ -155,7 +155,7 @@ def test_no_log_writes_nothing_beside_the_run(unlogged):
 @pytest.mark.parametrize("kind, package", [("tensorboard", "tensorboard"), ("mlflow", "mlflow")])
 def test_a_missing_package_is_one_line_naming_the_install(tmp_path, monkeypatch, kind, package):
     monkeypatch.setitem(sys.modules, package, None)  # as if it were not installed
-    out = cli(tmp_path, "--log", kind)
+    out = train(tmp_path, "--log", kind)
     assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1
     assert f"--log {kind} needs the {package} package: pip install" in out.output
     assert "nngk-bench[log]" in out.output and not list(tmp_path.iterdir())
@@ -182,12 +182,12 @@ def test_suite_and_tune_take_the_log(tmp_path, monkeypatch):
     submitted = []
     monkeypatch.setattr(bench.cli.suite, "submit_runs", lambda runs, *_: submitted.extend(runs))
     args = ["suite", "--dataset", DATA, "--seed", "0", "--results", str(tmp_path)]
-    assert CliRunner().invoke(main, [*args, "--log", "tensorboard"]).exit_code == 0
+    assert cli(*args, "--log", "tensorboard").exit_code == 0
     assert len(submitted) > 1 and {cfg.log for cfg in submitted} == {"tensorboard"}
     logged, submitted[:] = [cfg.run_id() for cfg in submitted], []
-    assert CliRunner().invoke(main, args).exit_code == 0
+    assert cli(*args).exit_code == 0
     assert [cfg.run_id() for cfg in submitted] == logged and submitted[0].log == "none"
-    assert "--log [none|tensorboard|mlflow]" in CliRunner().invoke(main, ["tune", "--help"]).output
+    assert "--log [none|tensorboard|mlflow]" in cli("tune", "--help").output
 
 
 class Recorded(RunLog):

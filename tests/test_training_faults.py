@@ -15,12 +15,11 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from click.testing import CliRunner
 
-from bench.cli import main
 from bench.data.splits import three_way
 from bench.train.guards import StepLosses, loss_trend, widen_steps
 from bench.train.presets import make_configs
+from tests.conftest import cli
 from tests.fixtures.folder import class_image
 
 INTERRUPTED = "interrupted; run the same command again to resume"
@@ -28,7 +27,7 @@ INTERRUPTED = "interrupted; run the same command again to resume"
 
 def refused(results, *args) -> str:
     """The one error line of a `run` that must stop before writing anything."""
-    out = CliRunner().invoke(main, ["run", *map(str, args), "--results", str(results)])
+    out = cli("run", *args, "--results", results, catch_exceptions=True)
     assert out.exit_code == 1, out.output
     assert "Traceback" not in out.output
     assert out.exception is None or isinstance(out.exception, SystemExit)
@@ -109,9 +108,7 @@ def test_a_run_whose_loss_was_zero_at_every_step_says_so_in_metrics(tmp_path):
     # One item of each class in a batch: no triplet has a positive, so the loss is 0 throughout.
     dataset = features_file(tmp_path / "f.npz", np.repeat(np.arange(10), 10), np.repeat([0, 1], 4))
     args = ["--loss", "triplet", "--dataset", dataset, "--m-per-class", "1", "--batch-size", "8"]
-    out = CliRunner().invoke(
-        main, ["run", *args, "--epochs", "2", "--dims", "4", "--results", str(tmp_path / "r")]
-    )
+    out = cli("run", *args, "--epochs", "2", "--dims", "4", "--results", tmp_path / "r")
     assert out.exit_code == 0, out.output
     (run,) = [p for p in (tmp_path / "r").iterdir() if "-triplet-" in p.name]
     metrics = json.loads((run / "metrics.json").read_text())
@@ -198,10 +195,8 @@ def test_every_command_that_builds_configs_checks_the_crop():
 
 
 def test_features_refuses_a_crop_larger_than_its_image(tmp_path):
-    out = CliRunner().invoke(
-        main, ["features", "--dataset", f"folder:{tmp_path}", "--resize", "64", "--crop", "96",
-               "--out", str(tmp_path / "f.npz")],
-    )  # fmt: skip
+    out = cli("features", "--dataset", f"folder:{tmp_path}", "--resize", "64", "--crop", "96",
+              "--out", tmp_path / "f.npz", catch_exceptions=True)  # fmt: skip
     assert out.exit_code == 1 and out.output.startswith("Error: --crop 96 exceeds --resize 64")
     assert not (tmp_path / "f.npz").exists()
 
@@ -228,9 +223,11 @@ def test_sigterm_stops_a_run_that_the_same_command_resumes(tmp_path):
     saved = torch.load(run_dir / "checkpoint.pt", weights_only=True)  # whole
     assert 1 <= saved["progress"]["epoch"] < 3
 
-    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-    assert again.returncode == 0, again.stderr[-2000:]
-    assert f"resuming after epoch {saved['progress']['epoch']} of 3" in again.stderr
+    # The same command again, in this process (the resume reads only what the killed process
+    # left on disk; a second interpreter would only import torch again).
+    again = cli(*command[3:])
+    assert again.exit_code == 0, again.output[-2000:]
+    assert f"resuming after epoch {saved['progress']['epoch']} of 3" in again.output
     assert len(pd.read_csv(history)) == 3
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert math.isfinite(metrics["map@r"]) and metrics["epochs"] == 3

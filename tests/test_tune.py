@@ -11,10 +11,9 @@ import time
 
 import optuna
 import pandas as pd
-from click.testing import CliRunner
 
-from bench.cli import main
 from bench.tune.study import TuneSetup, open_study
+from tests.conftest import cli
 
 BUDGET = ["--dataset", "digits", "--dims", "8"]
 
@@ -35,7 +34,7 @@ def complete(study):
 
 def test_tune_searches_on_validation_then_retrains_and_reports(tmp_path):
     args = ["--loss", "contrastive,nngk", "--trials", "2", "--epochs", "1"]
-    out = CliRunner().invoke(main, [*tune_args(tmp_path, *args), "--seeds", "0,1"])
+    out = cli(*tune_args(tmp_path, *args), "--seeds", "0,1")
     assert out.exit_code == 0, out.output
     for loss in ("contrastive", "nngk"):
         study = studies(tmp_path, loss, 2, 1)
@@ -52,9 +51,7 @@ def test_tune_searches_on_validation_then_retrains_and_reports(tmp_path):
     assert sorted((m["loss"], m["seed"]) for m in tuned) == [
         ("contrastive", 0), ("contrastive", 1), ("nngk", 0), ("nngk", 1)
     ]  # fmt: skip
-    report = CliRunner().invoke(
-        main, ["report", "--results", str(tmp_path), "--out", str(tmp_path / "rep")]
-    )
+    report = cli("report", "--results", tmp_path, "--out", tmp_path / "rep")
     assert report.exit_code == 0, report.output
     assert (tmp_path / "rep" / "digits-tuned.md").is_file()
     assert "| nngk " in (tmp_path / "rep" / "tuning.md").read_text()
@@ -72,9 +69,14 @@ def completed_in_db(results) -> int:
         return 0
 
 
-def start_tune(results, trials, epochs, *extra):
+def contrastive_tune(results, trials, epochs, *extra):
+    """`tune` of the contrastive loss alone: `trials` trials of `epochs` epochs, no retraining."""
     args = ["--loss", "contrastive", "--trials", str(trials), "--epochs", str(epochs)]
-    cmd = [sys.executable, "-m", "bench.cli", *tune_args(results, *args, "--no-retrain", *extra)]
+    return tune_args(results, *args, "--no-retrain", *extra)
+
+
+def start_tune(results, trials, epochs, *extra):
+    cmd = [sys.executable, "-m", "bench.cli", *contrastive_tune(results, trials, epochs, *extra)]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -88,7 +90,10 @@ def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path):
     done_before = {t.number: t.value for t in complete(studies(tmp_path, "contrastive", 3, 2))}
     assert 1 <= len(done_before) < 3
     time.sleep(1.5)  # past the grace period below: the killed trial is failed and retried
-    assert start_tune(tmp_path, 3, 2, "--grace", "1").wait(timeout=300) == 0
+    # The same command again, in this process: the resume reads only what the killed process
+    # left in the study's database (a second interpreter would only import torch again).
+    resumed = cli(*contrastive_tune(tmp_path, 3, 2, "--grace", "1"))
+    assert resumed.exit_code == 0, resumed.output
     study = studies(tmp_path, "contrastive", 3, 2)
     finished = complete(study)
     states = [(t.number, t.state.name, t.params) for t in study.trials]
@@ -125,7 +130,7 @@ def test_a_trial_that_diverges_at_once_scores_zero_and_the_study_goes_on(tmp_pat
 
     monkeypatch.setattr(SoftmaxLoss, "forward", forward)
     args = ["--loss", "softmax", "--trials", "2", "--epochs", "1", "--no-retrain"]
-    out = CliRunner().invoke(main, tune_args(tmp_path, *args))
+    out = cli(*tune_args(tmp_path, *args))
     assert out.exit_code == 0, out.output
     assert [t.value for t in complete(studies(tmp_path, "softmax", 2, 1))] == [0.0, 0.0]
     assert "before any epoch finished" in out.output and "the trial scores 0" in out.output

@@ -1,5 +1,5 @@
-"""Linear metric learning with the pairwise hinge loss (seed 002 §2.1), and the pair sampling
-and mini-batch SGD loop it shares with NML (`bench/nml.py`).
+"""Linear metric learning with the pairwise hinge loss (Sharma et al. 2015 §2.1), and the pair
+sampling and mini-batch SGD loop it shares with NML (`bench/nml.py`).
 
 Both minimise sum over pairs of max(0, m - y_ij (b - d^2(x_i, x_j))), with y = +1 for a similar
 and -1 for a dissimilar pair: similar pairs are pushed below b - m, dissimilar ones above b + m.
@@ -18,7 +18,7 @@ import torch
 from sklearn.decomposition import PCA
 from tqdm import tqdm
 
-PAIRS = 500_000  # seed 002 §4: up to 500,000 similar and dissimilar training pairs
+PAIRS = 500_000  # Sharma et al. 2015 §4: up to 500,000 similar and dissimilar training pairs
 ITERATIONS = 1_000_000  # and one million SGD iterations (one pair each)
 SMALL_STEP = 1 << 20  # pairs x parameters of a step below which one thread is faster
 
@@ -162,12 +162,12 @@ def pca_rows(x: np.ndarray, dims: int, seed: int) -> np.ndarray:
 
 @dataclass
 class LinearML:
-    """Linear metric learning (seed 002 §2.1): L (d x F) learned by SGD on the pairwise hinge
-    loss over L2-normalised features; b = 1, m = 0.2, 500,000 pairs and 1,000,000 iterations as
-    in the paper. It gives neither the learning rate nor the initialisation: L starts from the
-    PCA projection, and lr = 0.01 a pair is the best of 0.01, 0.03 and 0.1 on the validation
-    split of digits (classify protocol; fitted on the training split, mprec@10 at d = 8 and
-    16: 0.886, 0.885, 0.875 on average)."""
+    """Linear metric learning (Sharma et al. 2015 §2.1): L (d x F) learned by SGD on the pairwise
+    hinge loss over L2-normalised features; b = 1, m = 0.2, 500,000 pairs and 1,000,000 iterations
+    as in the paper. It gives neither the learning rate nor the initialisation: L starts from the
+    PCA projection, and lr = 0.01 a pair is the best of 0.01, 0.03 and 0.1 on the validation split
+    of digits (classify protocol; fitted on the training split, mprec@10 at d = 8 and 16: 0.886,
+    0.885, 0.875 on average)."""
 
     dims: int
     seed: int = 0

@@ -1,4 +1,5 @@
-"""Large margin nearest neighbour (Weinberger and Saul, JMLR 2009), seed 002's LMNN baseline.
+"""Large margin nearest neighbour (Weinberger and Saul, JMLR 2009), Sharma et al. 2015's LMNN
+baseline.
 
 metric-learn 0.7.0 (its last release) cannot be used with scikit-learn >= 1.8: it passes
 `force_all_finite`, which scikit-learn removed, to `check_X_y`. So this is LMNN's objective
@@ -114,10 +115,10 @@ def lmnn_loss_and_gradient(
 
 @dataclass
 class LMNN:
-    """LMNN(r) of seed 002: PCA to `pca_dims`, then a d x pca_dims projection learned by Adam
-    on LMNN's objective (k target neighbours, pull weight 1 - mu), `max_iter` full-batch steps
-    (metric-learn's parameter names). learn_rate 0.03 and 300 steps: of 0.01 and 0.03 with 100,
-    300 and 1000 steps on digits (classify split, test mprec@10), within 0.006 of the best."""
+    """LMNN(r) of Sharma et al. 2015: PCA to `pca_dims`, then a d x pca_dims projection learned by
+    Adam on LMNN's objective (k target neighbours, pull weight 1 - mu), `max_iter` full-batch steps
+    (metric-learn's parameter names). learn_rate 0.03 and 300 steps: of 0.01 and 0.03 with 100, 300
+    and 1000 steps on digits (classify split, test mprec@10), within 0.006 of the best."""
 
     dims: int
     seed: int = 0

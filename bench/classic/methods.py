@@ -1,5 +1,5 @@
-"""Seed 002's methods on feature vectors, by name, and the runner that evaluates one of them
-into a run folder like the deep runs' (config.json, test_embeddings.npz, mprec.csv and
+"""Sharma et al. 2015's methods on feature vectors, by name, and the runner that evaluates one of
+them into a run folder like the deep runs' (config.json, test_embeddings.npz, mprec.csv and
 metrics.json, written last)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from bench.data.identity import data_identity
 from bench.data.names import FEATURES_PREFIX
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
+from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
 from bench.runs import store
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
 from bench.util.names import safe_name
@@ -79,7 +80,7 @@ def run_record(
     if dataset.startswith(FEATURES_PREFIX):  # another file at the same path is another run
         record.update(data_identity(dataset, ""))
     digest = hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
-    split = "" if protocol in ("metric", "file") else f"{protocol}-"
+    split = f"{protocol}-" if shown_protocol(protocol) else ""
     return f"{safe_name(dataset)}-{split}linear-{method}-d{dims}-s{seed}-{digest}", record
 
 
@@ -96,17 +97,17 @@ def run_linear_method(
     params: dict[str, Any] | None = None,
     results: Path = Path("results"),
     force: bool = False,
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     features: FeatureSplits | None = None,
 ) -> Path:
-    """Fit `method` on the training and validation features (seed 002 trains on train+val),
-    embed the test features and evaluate them: the run folder. A finished run is skipped
-    unless `force`. `protocol` is the digits split (a features file carries its own);
-    `features` saves loading them again for every run."""
+    """Fit `method` on the training and validation features (Sharma et al. 2015 trains on
+    train+val), embed the test features and evaluate them: the run folder. A finished run is skipped
+    unless `force`. `protocol` is the digits split (a features file carries its own); `features`
+    saves loading them again for every run."""
     if features is None:
         features = load_features(dataset, protocol=protocol)
     if dataset.startswith(FEATURES_PREFIX):
-        protocol = "file"
+        protocol = FeatureFile.registry_name
     if method == "no-projection":
         dims = features.dims
     if dims > features.dims:
@@ -125,7 +126,7 @@ def run_linear_method(
     fit_seconds = time.perf_counter() - start
     config = {
         **record,
-        "protocol": "linear",
+        "protocol": Linear.registry_name,
         "run_id": run_id,
         "feature_dims": features.dims,
         "fit_size": len(y),
@@ -142,7 +143,7 @@ def run_linear_method(
         **evaluate(emb, labels, seed=seed),
         **mprec_metrics(curve),
         "dataset": dataset,
-        "protocol": "linear",
+        "protocol": Linear.registry_name,
         "data_protocol": protocol,
         "loss": method,
         "miner": None,

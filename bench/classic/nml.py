@@ -1,5 +1,5 @@
-"""NML, the nonlinear metric learning of seed 002 §3: a 'nonlinear projection' of L1-normalised
-(histogram) features onto d learned pre-images l_k with the chi2 kernel,
+"""NML, the nonlinear metric learning of Sharma et al. 2015 §3: a 'nonlinear projection' of
+L1-normalised (histogram) features onto d learned pre-images l_k with the chi2 kernel,
 
     phi(x) = (K(l_1, x), ..., K(l_d, x)),   K(l, x) = sum_f 2 l_f x_f / (l_f + x_f),
 
@@ -65,11 +65,6 @@ def chi2_kernel_grad(pre_images: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return 2 * _ratios(pre_images, x).square_()
 
 
-def nml_distances(pre_images: torch.Tensor, xi: torch.Tensor, xj: torch.Tensor) -> torch.Tensor:
-    """d^2(x_i, x_j) of each pair in the kernel space (Eq. 8)."""
-    return (chi2_kernel(pre_images, xi) - chi2_kernel(pre_images, xj)).pow(2).sum(1)
-
-
 def nml_gradient(bias: float, margin: float):
     """The sum over the pairs of their sub-gradients (Eq. 10), vectorised over the pairs: the
     kernel and its derivative share the ratios x / (l + x), computed once per side."""
@@ -99,9 +94,9 @@ def _non_negative(pre_images: torch.Tensor) -> None:
 
 @dataclass
 class NML:
-    """Seed 002's nonlinear embedding. b = 0.1 and m = 0.02 as in the paper; it gives neither
-    the learning rate nor the initialisation: the pre-images start as d training vectors drawn
-    at random, and stay non-negative (clipped at 0 after every step).
+    """Sharma et al. 2015's nonlinear embedding. b = 0.1 and m = 0.02 as in the paper; it gives
+    neither the learning rate nor the initialisation: the pre-images start as d training vectors
+    drawn at random, and stay non-negative (clipped at 0 after every step).
 
     `lr` is in units of 1/F, the mean entry of an L1-normalised F-dimensional vector: a pair's
     sub-gradient has entries of the same size for any F (the kernel is additive and its

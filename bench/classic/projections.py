@@ -1,4 +1,4 @@
-"""Seed 002's unlearned and scikit-learn baselines: no projection, PCA and NCA, each on
+"""Sharma et al. 2015's unlearned and scikit-learn baselines: no projection, PCA and NCA, each on
 L2-normalised features (the paper's normalisation for every baseline)."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import ast
 import importlib
 import os
 import sys
+import textwrap
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -52,12 +53,35 @@ COMMANDS = {
 }
 
 
+SHORT_HELP_WIDTH = 45  # click's width of a command's line in its group's list
+
+
+def first_sentence(text: str, width: int = SHORT_HELP_WIDTH) -> str:
+    """A help text's short form, as click shortens a command's help for its group's list: the
+    first paragraph's first sentence (a period before a lowercase word, as in "e.g. this", ends
+    none), whitespace collapsed, cut at a word to at most `width` characters ending in "...".
+    (Our own: click's make_default_short_help is deprecated, and gone in Click 9.)"""
+    words = text.partition("\n\n")[0].split()
+    if words[:1] == ["\b"]:  # click's no-rewrap marker
+        words = words[1:]
+    for i, word in enumerate(words):
+        if word.endswith(".") and (i == len(words) - 1 or not words[i + 1][0].islower()):
+            words = words[: i + 1]
+            break
+    text = " ".join(words)
+    if len(text) <= width:
+        return text
+    if width < len("..."):
+        return "..."
+    return textwrap.shorten(text, width, placeholder="...", break_on_hyphens=False)
+
+
 def short_help(target: str) -> str:
     """The first sentence of a command function's docstring, read from its module's source."""
     module, function = target.split(":")
     tree = ast.parse(Path(find_spec(module).origin).read_text())
     (node,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function]
-    return click.utils.make_default_short_help(ast.get_docstring(node) or "")
+    return first_sentence(ast.get_docstring(node) or "")
 
 
 class LazyCommands(OneLineErrors):

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import POSITIVE
+from bench.cli.options import DEVICE, POSITIVE
+from bench.cli.settings import setting_option
 from bench.data.names import FEATURES_PREFIX
 from bench.models.choices import BACKBONES, check_backbone
+from bench.protocols import DEFAULT_PROTOCOL
 
 
 @click.command()
@@ -22,9 +24,12 @@ from bench.models.choices import BACKBONES, check_backbone
     help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
 )
 @click.option(
-    "--protocol", type=click.Choice(["metric", "classify"]), default="metric", show_default=True
+    "--protocol",
+    type=click.Choice(["metric", "classify"]),
+    default=DEFAULT_PROTOCOL,
+    show_default=True,
 )
-@click.option("--data-root", default=None, help="Default: $NNGK_DATA, else ~/data.")
+@setting_option("data_root")
 @click.option(
     "--pretrained",
     default="imagenet",
@@ -43,12 +48,12 @@ from bench.models.choices import BACKBONES, check_backbone
     help="Default: results/features/<dataset>-<protocol>-<backbone>-<weights>.npz.",
 )
 @click.option("--force", is_flag=True, help="Extract again even if the file exists.")
-@click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+@DEVICE
 def features(
     backbone, dataset, protocol, data_root, pretrained, resize, crop, seed, out, force, device
 ):
     """Extract features of every image of DATASET once with a frozen BACKBONE (VGG16: FC7
-    after ReLU, seed 002) into an .npz (features, labels, split) for `linear --dataset
+    after ReLU, Sharma et al. 2015) into an .npz (features, labels, split) for `linear --dataset
     features:PATH`."""
     from bench.data.datasets import check_dataset
     from bench.data.feature_files import write_features

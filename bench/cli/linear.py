@@ -1,12 +1,18 @@
-"""`nngk-bench linear`: seed 002's NML and linear baselines on feature vectors."""
+"""`nngk-bench linear`: Sharma et al. 2015's NML and linear baselines on feature vectors."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from bench.cli.options import DEFAULT_RESULTS, POSITIVE, POSITIVE_FLOAT, parse_ints
+from bench.cli.options import (
+    FORCE,
+    POSITIVE,
+    POSITIVE_FLOAT,
+    RESULTS,
+    dims_option,
+    seed_option,
+)
+from bench.protocols import DEFAULT_PROTOCOL
 from bench.runs import store
 
 SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
@@ -17,19 +23,19 @@ SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
     "--method",
     default=SEED002_METHODS,
     show_default=True,
-    help="Comma-separated methods of seed 002.",
+    help="Comma-separated methods of Sharma et al. 2015.",
 )
 @click.option("--dataset", default="digits", show_default=True, help="digits or features:PATH.npz.")
 @click.option(
     "--protocol",
     type=click.Choice(["metric", "classify"]),
-    default="metric",
+    default=DEFAULT_PROTOCOL,
     show_default=True,
-    help="digits' split: metric trains on 0-4 and tests on 5-9; classify (seed 002's own "
+    help="digits' split: metric trains on 0-4 and tests on 5-9; classify (Sharma et al. 2015's own "
     "retrieval protocol) uses every class in every split. A features file has its own split.",
 )
-@click.option("--dims", default="8,16,32,64", show_default=True, help="Projection sizes.")
-@click.option("--seed", default="0", show_default=True, help="Seed(s), e.g. 0 or 0,1,2.")
+@dims_option("Projection sizes (one run each).", default="8,16,32,64")
+@seed_option("0")
 @click.option("--pairs", type=POSITIVE, default=None, help="nml, linear-ml: training pairs.")
 @click.option(
     "--iterations",
@@ -43,22 +49,18 @@ SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
     default=None,
     help="nml, linear-ml: learning rate.",
 )
-@click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
-)
-@click.option("--force", is_flag=True, help="Redo finished runs.")
-def linear(method, dataset, protocol, dims, seed, pairs, iterations, lr, results, force):
-    """Seed 002's NML and linear baselines on feature vectors: one run per method, size and
-    seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
+@RESULTS
+@FORCE
+def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, results, force):
+    """Sharma et al. 2015's NML and linear baselines on feature vectors: one run per method, size
+    and seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
     from bench.classic.methods import linear_runs, run_linear_method
     from bench.data.features import load_features
     from bench.train.presets import make_configs
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
     try:
-        plan = linear_runs(
-            method.split(","), parse_ints(dims, "--dims"), parse_ints(seed, "--seed"), given
-        )
+        plan = linear_runs(method.split(","), dims, seeds, given)
         feats = load_features(dataset, protocol=protocol)
         too_big = [d for name, d, _, _ in plan if name != "no-projection" and d > feats.dims]
         if too_big:

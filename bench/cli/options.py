@@ -1,50 +1,21 @@
-"""What the commands share: option types checked by click, the results folder, the experiment
-log (--log), integer lists."""
+"""What the commands share, each declared once: their own options (--loss, --dataset, --dims,
+--seed, --results, --force, --device, --nproc; the run settings are in `bench.cli.settings`),
+option types checked by click, integer lists, one-line file errors. Light: `nngk-bench --help`
+imports it."""
 
 from __future__ import annotations
 
 import errno
 from pathlib import Path
+from typing import Callable
 
 import click
-
-from bench.train.tracking import LOG_KINDS, require
 
 DEFAULT_RESULTS = Path("results")
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
 NON_NEGATIVE = click.FloatRange(min=0)
 POSITIVE_FLOAT = click.FloatRange(min=0, min_open=True)
-VAL_FRACTION = click.option(
-    "--val-fraction",
-    type=click.FloatRange(min=0, max=1, max_open=True),
-    default=None,
-    help="Share of the training images (or classes, --val-split classes) held out to choose "
-    "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
-)
-
-
-def check_log(ctx: click.Context, param: click.Parameter, kind: str) -> str:
-    """--log's package present, before anything is written; else a one-line error naming the
-    install."""
-    try:
-        require(kind)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    return kind
-
-
-LOG = click.option(
-    "--log",
-    type=click.Choice(LOG_KINDS),
-    default="none",
-    show_default=True,
-    callback=check_log,
-    help="Log hyper-parameters, the training loss at each step and each epoch's metrics to "
-    "TensorBoard (RUN/tensorboard/) or MLflow (RESULTS/mlflow.db, or $MLFLOW_TRACKING_URI); "
-    "pip install 'nngk-bench[log]'. Does not change the run's id.",
-)
-
 
 # The integer lists the commands take: their least value and an example.
 INT_LISTS = {
@@ -71,6 +42,67 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
             f"bad {what} {text!r}; expected comma-separated {kind} integers, e.g. {example}"
         )
     return values
+
+
+def int_list(what: str) -> Callable:
+    """A callback parsing an option's comma-separated integers (`parse_ints`)."""
+    return lambda ctx, param, text: parse_ints(text, what)
+
+
+# The commands' own options, shared by `run`, `suite` and `tune` where they mean the same.
+LOSS = click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
+DATASET = click.option(
+    "--dataset",
+    default="glyphs",
+    show_default=True,
+    help="glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
+    "folder:PATH (one sub-folder per class) or features:PATH.npz. A folder gets the metric "
+    "preset (GoogLeNet with ImageNet weights, 256/224 px); offline, without those weights in "
+    "torch's cache, add e.g. --backbone small_cnn --pretrained none --resize 64 --crop 56.",
+)
+
+
+def dims_option(
+    text: str = "Embedding sizes, e.g. 64,512,1024 (one run each).", default: str | None = None
+) -> Callable:
+    """--dims, comma-separated sizes; by default None (the preset's)."""
+    return click.option(
+        "--dims",
+        default=default,
+        show_default=default is not None,
+        callback=int_list("--dims"),
+        help=text,
+    )
+
+
+def seed_option(default: str, text: str = "Seed(s), e.g. 0 or 0,1,2: one run each.") -> Callable:
+    """--seed (or --seeds, tune's older spelling): one run per seed. `run` defaults to one
+    seed (a run to look at), `suite` and `tune` to three (what a comparison reports, with the
+    spread between seeds)."""
+    return click.option(
+        "--seed",
+        "--seeds",
+        "seeds",
+        default=default,
+        show_default=True,
+        callback=int_list("--seed"),
+        help=text,
+    )
+
+
+RESULTS = click.option(
+    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+)
+FORCE = click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
+DEVICE = click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
+NPROC = click.option(
+    "--nproc",
+    type=POSITIVE,
+    default=1,
+    show_default=True,
+    help="Processes training each run together (DistributedDataParallel through torchrun; "
+    "one GPU each on a GPU machine).",
+)
 
 
 def os_error_line(err: OSError) -> str:

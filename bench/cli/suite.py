@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
-from bench.cli.options import (
-    DEFAULT_RESULTS,
-    LOG,
-    NON_NEGATIVE,
-    POSITIVE,
-    VAL_FRACTION,
-    parse_ints,
-)
-from bench.data.splits import VAL_SPLITS
+from bench.cli.options import DEVICE, FORCE, RESULTS, dims_option, seed_option
+from bench.cli.params import loss_param_option, name_values, params_for_each
+from bench.cli.settings import setting_options, settings_from
 from bench.train.choices import PRESET_NAMES
 
 # The seven core losses, triplet with each miner: the suite that CI and reports/ run.
@@ -32,12 +24,29 @@ SUITE = (
 )
 
 
-# Seed 003's selection strategies (NCA-form triplets; N-pair), each with FC and GAP embeddings.
+# Liu et al. 2019's selection strategies (NCA-form triplets; N-pair), each with FC and GAP
+# embeddings.
 SEED003_SUITE = (
     ("triplet-nca", {"miner": "all"}),
     ("triplet-nca", {"miner": "semihard"}),
     ("triplet-nca", {"miner": "easy-positive"}),
     ("npair", {}),
+)
+
+
+# The run settings the suite takes as `run` does (its own --preset and --backbone: they choose
+# among the suite's plans and small networks).
+SUITE_SETTINGS = (
+    "epochs",
+    "batch_size",
+    "m_per_class",
+    "lr",
+    "weight_decay",
+    "val_split",
+    "val_fraction",
+    "train_per_class",
+    "workers",
+    "log",
 )
 
 
@@ -48,68 +57,80 @@ SEED003_SUITE = (
     show_default=True,
     help="A built-in set: glyphs (or glyphs:classes=N,...) or digits.",
 )
-@click.option("--dims", default=None, help="Default: 64,512 (seed003: 64, GAP its own size).")
-@click.option("--seed", default="0,1,2", show_default=True)
-@click.option("--epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
+@dims_option("Default: 64,512 (seed003: 64, GAP its own size).")
+@seed_option("0,1,2")
 @click.option(
     "--preset",
     type=click.Choice(PRESET_NAMES),
     default=None,
-    help="seed003: its four selection strategies with FC and GAP embeddings (Table 1).",
+    help="seed003: Liu et al. 2019's four selection strategies with FC and GAP embeddings "
+    "(Table 1).",
 )
-@click.option("--val-split", type=click.Choice(VAL_SPLITS), default=None)
-@VAL_FRACTION
 @click.option(
     "--backbone",
     type=click.Choice(["small_cnn", "small_cnn_gn"]),
     default=None,
     help="Default: the data set's preset (small_cnn).",
 )
-@click.option("--lr", type=NON_NEGATIVE, default=None, help="Default: the data set's preset.")
-@click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+@setting_options(*SUITE_SETTINGS)
+@loss_param_option(
+    "A loss parameter for every loss of the suite that takes it, e.g. sigma=2.0 (NNGK) or "
+    "margin=0.1 (triplet); repeatable. The triplet miners are the suite's own."
 )
-@LOG
+@RESULTS
+@FORCE
+@DEVICE
 @dispatch_options
-def suite(
-    dataset, dims, seed, epochs, preset, val_split, val_fraction, backbone, lr, results, log, **jobs
-):
+def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, device, **options):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
-    reports/. With --preset seed003, seed 003's strategies with FC and GAP embeddings instead."""
+    reports/. With --preset seed003, Liu et al. 2019's strategies with FC and GAP embeddings
+    instead."""
     from bench.data.datasets import check_dataset
     from bench.data.glyphs import is_glyphs
     from bench.train.presets import make_configs
 
+    dispatch = dispatch_from(options)
+    settings = settings_from(options, SUITE_SETTINGS)
     if dataset != "digits" and not is_glyphs(dataset):
         raise click.ClickException(f"suite runs on glyphs or digits; got {dataset!r}")
-    try:
-        check_dataset(dataset)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     if preset:
         # A GAP embedding has its layer's size: --dims applies to the FC runs only.
         plan = [(loss, p, emb) for loss, p in SEED003_SUITE for emb in ("fc", "gap")]
     else:
         plan = [(loss, p, None) for loss, p in SUITE]
-        dims = dims or "64,512"
+        dims = dims or (64, 512)
+    try:
+        check_dataset(dataset)
+        given = planned_params(plan, loss_param)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     configs = [
         c
         for loss, params, embedding in plan
-        for s in parse_ints(seed, "--seed")
+        for s in seeds
         for c in make_configs(
             dataset,
             loss,
-            None if embedding == "gap" else parse_ints(dims, "--dims"),
-            params,
+            None if embedding == "gap" else dims,
+            {**params, **given[loss]},
             preset=preset or "",
             seed=s,
-            epochs=epochs,
             embedding=embedding,
-            val_split=val_split,
-            val_fraction=val_fraction,
             backbone=backbone,
-            lr=lr,
-            log=log,
+            **settings,
         )
     ]
-    submit_runs(configs, results, dispatch_from(jobs))
+    submit_runs(configs, results, dispatch, force, device)
+
+
+def planned_params(plan: list, pairs: tuple[str, ...]) -> dict[str, dict]:
+    """The --loss-param values of each loss of the plan; a ValueError for a parameter that
+    the plan sets itself (the triplet miners) or that no loss of it takes."""
+    given = name_values(pairs)
+    varied = [name for _, params, _ in plan for name in params if name in given]
+    if varied:
+        raise ValueError(
+            f"--loss-param {varied[0]}: the suite sets it itself (each triplet miner); "
+            "use `run` for one"
+        )
+    return params_for_each([loss for loss, _, _ in plan], given)

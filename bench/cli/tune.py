@@ -9,12 +9,14 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
-from bench.cli.options import DEFAULT_RESULTS, LOG, POSITIVE, parse_ints
+from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
+from bench.cli.params import loss_param_option, name_values, params_for_each
+from bench.cli.settings import LOG
 
 
 @click.command()
 @click.option("--loss", "losses", required=True, help="Losses to tune, e.g. contrastive,nngk.")
-@click.option("--dataset", default="glyphs", show_default=True)
+@DATASET
 @click.option("--dims", type=POSITIVE, default=64, show_default=True)
 @click.option("--trials", type=POSITIVE, default=8, show_default=True, help="Trials per loss.")
 @click.option("--epochs", type=POSITIVE, default=3, show_default=True, help="Epochs per trial.")
@@ -25,8 +27,10 @@ from bench.cli.options import DEFAULT_RESULTS, LOG, POSITIVE, parse_ints
     show_default=True,
     help="Class folds per trial (1: the last training classes held out).",
 )
-@click.option(
-    "--seeds", default="0,1,2", show_default=True, help="Seeds of the retrained best settings."
+@seed_option("0,1,2", "Seeds of the retrained best settings.")
+@loss_param_option(
+    "A loss parameter held fixed, for every loss tuned that takes it (no longer searched "
+    "where the loss searches it), e.g. miner=all; repeatable."
 )
 @click.option("--final-epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
 @click.option("--no-retrain", is_flag=True, help="Search only.")
@@ -42,14 +46,12 @@ from bench.cli.options import DEFAULT_RESULTS, LOG, POSITIVE, parse_ints
     show_default=True,
     help="Seconds without a heartbeat after which a worker's trial is retried.",
 )
-@click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
-)
+@RESULTS
 @LOG
 @dispatch_options
 def tune(
-    losses, dataset, dims, trials, epochs, folds, seeds, final_epochs, no_retrain, storage,
-    grace, results, log, **jobs,
+    losses, dataset, dims, trials, epochs, folds, seeds, loss_param, final_epochs, no_retrain,
+    storage, grace, results, log, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
     on validation classes; retrain the best with SEEDS. Run it in several processes or on
@@ -69,10 +71,12 @@ def tune(
     names = [name for name in losses.split(",") if name]
     try:
         for name in names:
-            check_choices(name, dataset, None)
+            check_choices(name, dataset)
+        fixed = params_for_each(names, name_values(loss_param))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
-    setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace)
+    fixed = {name: params for name, params in fixed.items() if params}
+    setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace, fixed=fixed)
     url = storage or default_storage(results)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
@@ -93,7 +97,7 @@ def tune(
             f"{study.study_name}: best validation {study.best_value:.4f} with "
             f"{study.best_trial.params} ({folder})"
         )
-        configs += tuned_configs(study, setup, name, parse_ints(seeds, "--seeds"), final_epochs)
+        configs += tuned_configs(study, setup, name, seeds, final_epochs)
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from bench.protocols import VERIFICATION, get_protocol
 from bench.runs import store
 from bench.util.progress import log
 
@@ -45,7 +46,7 @@ from bench.util.progress import log
     "--k", default=5, show_default=True, type=click.IntRange(1), help="Retrieved images per query."
 )
 def visualize(run_dir, out, max_points, gallery, compare, queries, k):
-    """One run's views of how its embedding generalizes (seed 003): joint t-SNE of training
+    """One run's views of how its embedding generalizes (Liu et al. 2019): joint t-SNE of training
     and test embeddings, the same- vs different-class similarity scatter, and retrieval
     galleries (query images with their nearest test images, framed green or red)."""
     if compare is not None and not gallery:
@@ -84,7 +85,7 @@ def galleries_or_note(
         return []
     names = ["gallery-fixed.png", "gallery-worst.png"]
     names += [f"gallery-vs-{compare.name}.png"] if compare is not None else []
-    names += ["pair-errors.png"] if cfg.protocol == "pairs" else []
+    names += ["pair-errors.png"] if get_protocol(cfg.protocol).evaluates(VERIFICATION) else []
     with drawing(", ".join(names), f"{cfg.dataset}'s test images, loaded first"):
         return visualize_galleries(run_dir, out, compare, queries, k)
 

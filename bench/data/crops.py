@@ -5,9 +5,9 @@ Every crop is a box in the cached image (shorter side `resize`, aspect ratio kep
 crop x crop by `roi_align`, which averages several bilinear samples per output pixel when the
 box is larger (a box of exactly crop x crop pixels is copied unchanged). Two protocols:
 
-- "squash" (seed 000 §3.1, seed 003 §2: "256x256 images", random 224 crops and mirroring): the
-  image stretched to resize x resize, a crop at whole-pixel offsets from it (zero-padded by
-  `pad` pixels a side where the protocol says so); the centre crop for evaluation.
+- "squash" (Meyer et al. 2018 §3.1, Liu et al. 2019 §2: "256x256 images", random 224 crops and
+  mirroring): the image stretched to resize x resize, a crop at whole-pixel offsets from it
+  (zero-padded by `pad` pixels a side where the protocol says so); the centre crop for evaluation.
 - "aspect" (the random-resized crop of torchvision's ImageNet recipe, as the metric-learning
   reality check trains): a box of random area (`scale` of the image) and aspect ratio (`ratio`)
   resized to crop x crop; the centre crop of the aspect-kept image for evaluation.

@@ -25,7 +25,14 @@ from bench.data.sources.flowers102 import read_flowers102
 from bench.data.sources.folder import read_folder
 from bench.data.sources.leafsnap import read_leafsnap
 from bench.data.sources.tinyimagenet import read_tinyimagenet
-from bench.data.splits import carve_validation, limit_per_class, make_splits, parse_val_split
+from bench.data.splits import (
+    carve_validation,
+    limit_per_class,
+    make_splits,
+    parse_val_split,
+    trained_protocol,
+)
+from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 
 READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "cars196": read_cars196,
@@ -116,7 +123,7 @@ def tensor_splits(
 
 
 def digits(
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     val_fraction: float = 0.2,
     train_per_class: int = 0,
     val_split: str = "images",
@@ -133,7 +140,7 @@ def digits(
 
 def glyphs(
     name: str,
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     val_fraction: float = 0.2,
     train_per_class: int = 0,
     val_split: str = "images",
@@ -170,7 +177,7 @@ def read_table(name: str, data_root: Path) -> tuple[pd.DataFrame, Path]:
 
 def image_splits(
     name: str,
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     val_fraction: float = 0.2,
     data_root: Path | None = None,
     resize: int = 256,
@@ -183,7 +190,7 @@ def image_splits(
     """An image data set under a protocol: decoded once into the cache, then cropped a batch
     at a time (`bench.data.crops`)."""
     table, root = read_table(name, data_root or default_data_root())
-    if "source" in table and protocol == "classify":  # Leafsnap: the field images only
+    if "source" in table and trained_protocol(protocol).field_images_only:  # Leafsnap
         table = table[table["source"] == "field"].reset_index(drop=True)
     splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
     cache = build_cache(
@@ -252,9 +259,9 @@ def feature_splits(
 
 
 def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
-    """Bounding boxes to crop to: the classify protocol, for data sets that have them."""
+    """Bounding boxes to crop to, where the protocol crops to them and the data set has them."""
     box_cols = ["x1", "y1", "x2", "y2"]
-    if protocol != "classify" or table[box_cols].isna().all().all():
+    if not get_protocol(protocol).crop_to_boxes or table[box_cols].isna().all().all():
         return None
     return [None if np.isnan(b).any() else list(b) for b in table[box_cols].to_numpy(float)]
 
@@ -280,7 +287,9 @@ def check_dataset(name: str) -> None:
         )
 
 
-def load_dataset(name: str, protocol: str = "metric", val_fraction: float = 0.2, **image_opts):
+def load_dataset(
+    name: str, protocol: str = DEFAULT_PROTOCOL, val_fraction: float = 0.2, **image_opts
+):
     """The splits of a data set under a protocol; `image_opts` go to `image_splits`."""
     check_dataset(name)
     chosen = {k: image_opts[k] for k in ("train_per_class", "val_split") if k in image_opts}

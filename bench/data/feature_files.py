@@ -39,7 +39,7 @@ class FeatureSplits:
         return self.train.shape[1]
 
     def train_val(self) -> tuple[np.ndarray, np.ndarray]:
-        """Training and validation together: what seed 002 trains its methods on."""
+        """Training and validation together: what Sharma et al. 2015 trains its methods on."""
         return (
             np.concatenate([self.train, self.val]),
             np.concatenate([self.train_labels, self.val_labels]),

@@ -1,13 +1,15 @@
-"""The source documents' three protocols as splits of a data set's image table.
+"""The source documents' three splits of a data set's image table, one per protocol that
+trains (`bench.protocols` names the split each protocol takes):
 
-- metric (seed 000 §3.1): train on the first half of the classes (sorted by class id), test on
-  the rest; validation carved out of the training images.
-- classify (seed 000 §3.2): the same classes everywhere; the data set's official split where it
-  has one, validation carved from its training images where it has none (CUB 20 %, Cars196
-  30 %); 50/20/30 where there is no official split at all (Leafsnap field images).
-- pairs (seed 004): the first half of the classes are seen; their training images give the
-  training and validation splits, their official validation images the test split; the other
-  half are unseen, evaluated on their official validation images.
+- metric (Meyer et al. 2018, §3.1): train on the first half of the classes (sorted by class
+  id), test on the rest; validation carved out of the training images.
+- classify (Meyer et al. 2018, §3.2): the same classes everywhere; the data set's official split
+  where it has one, validation carved from its training images where it has none (CUB 20 %,
+  Cars196 30 %); 50/20/30 where there is no official split at all (Leafsnap field images).
+- pairs (the Tiny ImageNet pair-verification report): the first half of the classes are seen;
+  their training images give the training and validation splits, their official validation
+  images the test split; the other half are unseen, evaluated on their official validation
+  images.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench.protocols import Protocol, get_protocol, trained_protocols
+
 if TYPE_CHECKING:  # pandas and scikit-learn load when a split is made, not for `run --help`
     import pandas as pd
 
-PROTOCOLS = ("metric", "classify", "pairs")
+PROTOCOLS = trained_protocols()  # the choices of `run --protocol`
 SPLIT_SEED = 0  # the splits are the same for every run seed
 
 
@@ -217,20 +221,33 @@ VAL_SPLITS = ("images", "classes")
 
 
 def check_val_split(val_split: str, protocol: str) -> None:
-    """A one-line ValueError for an unknown validation split, or classes outside `metric`."""
+    """A one-line ValueError for an unknown validation split, or whole classes held out under a
+    protocol that tests the classes it trained on (all but metric)."""
     by_classes, _ = parse_val_split(val_split)
     if val_split not in VAL_SPLITS and not by_classes:
         raise ValueError(
             f"unknown validation split {val_split!r}; expected one of: {', '.join(VAL_SPLITS)}"
         )
-    if by_classes and protocol != "metric":
+    if by_classes and not get_protocol(protocol).class_validation:
+        allowed = [n for n in trained_protocols() if get_protocol(n).class_validation]
         raise ValueError(
-            f"a class-disjoint validation split applies to the metric protocol only (the "
-            f"{protocol} protocol tests classes it trained on)"
+            f"a class-disjoint validation split applies to the {' and '.join(allowed)} protocol "
+            f"only (the {protocol} protocol tests classes it trained on)"
         )
 
 
+# By the split's name, which each protocol declares (`Protocol.split`); a protocol that allows a
+# class-disjoint validation split (`Protocol.class_validation`) takes a split with by_classes and
+# fold.
 SPLITTERS = {"metric": metric_splits, "classify": classify_splits, "pairs": pairs_splits}
+
+
+def trained_protocol(name: str) -> type[Protocol]:
+    """The declarations of a protocol that trains; a one-line ValueError for any other name."""
+    names = trained_protocols()
+    if name not in names:
+        raise ValueError(f"unknown protocol {name!r}; expected one of: {', '.join(names)}")
+    return get_protocol(name)
 
 
 def make_splits(
@@ -241,16 +258,15 @@ def make_splits(
     val_split: str = "images",
 ) -> Splits:
     """The protocol's splits; with `train_per_class`, at most that many training images per
-    class (seed 000 Fig. 3), drawn with a fixed seed; val_split="classes" holds out whole
-    training classes for validation (metric protocol only)."""
-    if protocol not in SPLITTERS:
-        raise ValueError(f"unknown protocol {protocol!r}; expected one of: {', '.join(PROTOCOLS)}")
+    class (Meyer et al. 2018, Fig. 3), drawn with a fixed seed; val_split="classes" holds out
+    whole training classes for validation (the metric protocol only)."""
+    split = SPLITTERS[trained_protocol(protocol).split]
     check_val_split(val_split, protocol)
     by_classes, fold = parse_val_split(val_split)
     if by_classes:
-        splits = metric_splits(table, val_fraction, by_classes=True, fold=fold)
+        splits = split(table, val_fraction, by_classes=True, fold=fold)
     else:
-        splits = SPLITTERS[protocol](table, val_fraction)
+        splits = split(table, val_fraction)
     if train_per_class:
         labels = table["label"].to_numpy()
         splits = replace(splits, train=limit_per_class(splits.train, labels, train_per_class))

@@ -7,7 +7,7 @@ import numpy as np
 from bench.util.knn import knn
 
 RECALL_KS = (1, 2, 4, 8)
-MPREC_MAX_K = 50  # seed 002 reports mprec@K for K = 1..50
+MPREC_MAX_K = 50  # Sharma et al. 2015 reports mprec@K for K = 1..50
 MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
 
 
@@ -63,7 +63,7 @@ def query_scores(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, np.nda
 
 def mprec_from_neighbours(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """mprec@K for K = 1..neighbours: precision@K of every query, averaged over the queries of
-    each class, then over the classes (seed 002 §4)."""
+    each class, then over the classes (Sharma et al. 2015 §4)."""
     hits = (neighbour_labels == labels[:, None]).astype(np.float64)
     precision = np.cumsum(hits, axis=1) / np.arange(1, hits.shape[1] + 1)
     classes = np.unique(labels)

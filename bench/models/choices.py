@@ -20,9 +20,9 @@ BACKBONES = (
 # Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
 VECTOR_BACKBONES = ("mlp", "linear")
 
-# fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the
-# last feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and
-# without ReLU, the ResNets' final pooling followed by dropout), as seed 000 §3.2 classifies.
+# fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the last
+# feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and without ReLU,
+# the ResNets' final pooling followed by dropout), as Meyer et al. 2018 §3.2 classifies.
 EMBEDDINGS = ("fc", "gap", "backbone")
 
 

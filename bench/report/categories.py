@@ -1,4 +1,5 @@
-"""Seed 004 Table 3: the best and worst categories per loss and split."""
+"""The Tiny ImageNet pair-verification report Table 3: the best and worst categories per loss and
+split."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from bench.report.table_format import (
     published_section,
 )
 
-BEST_WORST = 3  # categories at each end (seed 004 Table 3)
+BEST_WORST = 3  # categories at each end (the Tiny ImageNet pair-verification report Table 3)
 
 
 def read_categories(run_dir: Path, split: str) -> pd.DataFrame | None:
@@ -45,8 +46,9 @@ def mean_categories(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
 
 
 def categories_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Seed 004 Table 3: the best and worst categories of each loss, size and split, ranked by
-    accuracy averaged over the seeds (bench.pairs.best_and_worst)."""
+    """The Tiny ImageNet pair-verification report Table 3: the best and worst categories of each
+    loss, size and split, ranked by accuracy averaged over the seeds
+    (bench.pairs.best_and_worst)."""
     tables = []
     for (name, dims), runs in trained_runs(part).groupby(["name", "dims"], sort=True):
         for split in SPLITS:
@@ -64,8 +66,8 @@ def categories_table(part: pd.DataFrame) -> pd.DataFrame:
     return table[[*first, *(c for c in table.columns if c not in first)]]
 
 
-def categories_paper(dataset: str) -> str:
-    ref = reference_rows(dataset, "pairs")
+def categories_paper(dataset: str, protocol: str) -> str:
+    ref = reference_rows(dataset, protocol)
     ref = ref[ref["setting"].str.contains("category=")]
     if not len(ref):
         return ""
@@ -81,11 +83,13 @@ def categories_paper(dataset: str) -> str:
     )
     rows = [[*k, *(percent(r[m]) for m in ("accuracy", "far", "frr"))] for k, r in wide.iterrows()]
     headers = ["paper", "method", "split", "rank", "category", "Acc.", "FAR", "FRR"]
-    return published_section("seed 004 Table 3, x100", github_table(rows, headers))
+    caption = "the Tiny ImageNet pair-verification report Table 3, x100"
+    return published_section(caption, github_table(rows, headers))
 
 
 def categories_files(part: pd.DataFrame, table: str) -> Files:
-    """<table>-categories.md and .csv: best and worst categories (seed 004 Table 3)."""
+    """<table>-categories.md and .csv: best and worst categories (the Tiny ImageNet
+    pair-verification report Table 3)."""
     ranked = categories_table(part)
     if not len(ranked):
         return {}
@@ -108,7 +112,7 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
         "Pair verification per category (10 positive + 10 negative pairs per test image), x100, "
         f"{INTERVAL}, ranked by mean accuracy.\n\n"
         + github_table(rows, headers)
-        + categories_paper(part["dataset"].iloc[0])
+        + categories_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )
     return {
         f"{table}-categories.md": text.encode(),

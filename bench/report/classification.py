@@ -1,4 +1,4 @@
-"""Seed 000 Tables 3-5: test accuracy per data set, backbone and loss, and the ablation."""
+"""Meyer et al. 2018 Tables 3-5: test accuracy per data set, backbone and loss, and the ablation."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from bench.protocols import CLASSIFIER, evaluating
 from bench.report.runs import column_or_nan, format_value, trained_runs, variant_labels
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
@@ -37,10 +38,11 @@ ABLATION_SETTINGS = ("freeze_backbone", "param_learn_weights", "train_per_class"
 
 
 def classified_runs(df: pd.DataFrame) -> pd.DataFrame:
-    """Trained classify-protocol runs with a test accuracy."""
+    """Trained runs with a test accuracy, of the protocols that score a classifier (classify)."""
     if "accuracy" not in df or not len(df):
         return df.iloc[:0]
-    return trained_runs(df[(df["protocol"] == "classify") & df["accuracy"].notna()])
+    classifying = df["protocol"].isin(evaluating(CLASSIFIER))
+    return trained_runs(df[classifying & df["accuracy"].notna()])
 
 
 def _yes_no(flags: pd.Series) -> pd.Series:
@@ -56,8 +58,8 @@ def frozen_backbone(df: pd.DataFrame) -> pd.Series:
 
 
 def classification_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Seed 000 Tables 3-4: test accuracy, a row per data set, backbone, initial weights and
-    size, a column per loss; standard runs only (trained backbone, learned NNGK weights, every
+    """Meyer et al. 2018 Tables 3-4: test accuracy, a row per data set, backbone, initial weights
+    and size, a column per loss; standard runs only (trained backbone, learned NNGK weights, every
     training image)."""
     runs = classified_runs(runs)
     runs = runs[~frozen_backbone(runs) & ~fixed_weights(runs) & (runs["train_per_class"] == 0)]
@@ -68,8 +70,8 @@ def classification_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Seed 000 Table 5: NNGK's accuracy with learned or fixed weights and a trained or frozen
-    backbone; empty unless some NNGK run has fixed weights or a frozen backbone."""
+    """Meyer et al. 2018 Table 5: NNGK's accuracy with learned or fixed weights and a trained or
+    frozen backbone; empty unless some NNGK run has fixed weights or a frozen backbone."""
     runs = classified_runs(runs)
     runs = runs[(runs["loss"] == "nngk") & (runs["train_per_class"] == 0)]
     if not (frozen_backbone(runs).any() or fixed_weights(runs).any()):
@@ -88,14 +90,15 @@ def ablation_markdown(table: pd.DataFrame) -> str:
         [*(format_value(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
         for _, r in table.iterrows()
     ]
-    return "\n## Ablation (seed 000 Table 5): NNGK test accuracy x100\n\n" + github_table(
+    return "\n## Ablation (Meyer et al. 2018 Table 5): NNGK test accuracy x100\n\n" + github_table(
         rows, [*ABLATION_ROWS.values(), "accuracy", "runs"]
     )
 
 
-def classification_paper(datasets: Sequence[str]) -> str:
-    """Seed 000 Tables 3-4 (a column per loss) and Table 5 (its settings) for these data sets."""
-    ref = reference_for(datasets, "classify")
+def classification_paper(datasets: Sequence[str], protocol: str) -> str:
+    """The published Tables 3-4 (a column per loss) and Table 5 (its settings) of Meyer et al.
+    2018 for these data sets under the protocol."""
+    ref = reference_for(datasets, protocol)
     if not len(ref):
         return ""
     ref = ref[ref["metric"] == "accuracy"]
@@ -117,7 +120,7 @@ def classification_paper(datasets: Sequence[str]) -> str:
         ]
         headers = ["paper", "data set", "backbone", "dims", *fields, "accuracy"]
         text += "\nTable 5:\n\n" + github_table(rows, headers)
-    return published_section("seed 000 Tables 3-5, test accuracy x100", text)
+    return published_section("Meyer et al. 2018 Tables 3-5, test accuracy x100", text)
 
 
 def classification_files(runs: pd.DataFrame, name: str) -> Files:
@@ -129,7 +132,7 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
     text = (
         "# Classification: test accuracy x100 per backbone and loss\n\n"
         f"{INTERVAL.capitalize()} (runs = runs in the row); trained backbone, learned NNGK "
-        "weights, every training image (seed 000 Tables 3 and 4).\n\n"
+        "weights, every training image (Meyer et al. 2018 Tables 3 and 4).\n\n"
     )
     files: Files = {}
     if len(table):
@@ -138,5 +141,6 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
     if len(ablation):
         text += ablation_markdown(ablation)
         files[f"{name}-ablation.csv"] = ablation.to_csv(index=False, float_format=FLOAT).encode()
-    text += classification_paper(classified_runs(runs)["dataset"].unique())
+    for protocol, classified in classified_runs(runs).groupby("protocol", sort=True):
+        text += classification_paper(classified["dataset"].unique(), protocol)
     return {f"{name}.md": text.encode(), **files}

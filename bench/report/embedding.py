@@ -1,5 +1,5 @@
-"""The main table of a data set: retrieval metrics per loss and size (seed 000 Tables 1-2), the
-published numbers beside it, R@1 and NMI against size (Fig. 2a/b) and Recall@K (Fig. 2c/d)."""
+"""The main table of a data set: retrieval metrics per loss and size (Meyer et al. 2018 Tables 1-2),
+the published numbers beside it, R@1 and NMI against size (Fig. 2a/b) and Recall@K (Fig. 2c/d)."""
 
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def paper_markdown(papers: pd.DataFrame) -> str:
 
 def dims_figure(part: pd.DataFrame) -> bytes:
     """R@1 and NMI against embedding size, a line per method, the baselines as grey lines
-    (seed 000 Fig. 2a/b)."""
+    (Meyer et al. 2018 Fig. 2a/b)."""
     trained, baseline = trained_runs(part), part[part["loss"] == BASELINE_LOSS]
     data = trained if len(trained) else part
     metrics = ["recall@1", "nmi"]
@@ -193,7 +193,8 @@ def dims_figure(part: pd.DataFrame) -> bytes:
 
 
 def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None) -> Files:
-    """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (seed 000 Tables 1-2, Fig. 2)."""
+    """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (Meyer et al. 2018 Tables 1-2, Fig.
+    2)."""
     summary = summarise(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
     differences = compare_rows(trained_runs(part), reference)

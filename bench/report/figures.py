@@ -25,11 +25,12 @@ from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 
 DPI = 100
 PANEL = (4.2, 3.6)  # inches per panel
-SAME_CLASS_COLOUR = "tab:cyan"  # seed 003 Fig. 2: closer to the same class
+SAME_CLASS_COLOUR = "tab:cyan"  # Liu et al. 2019 Fig. 2: closer to the same class
 OTHER_CLASS_COLOUR = "tab:orange"
-TRAIN_COLOUR = "tab:red"  # seed 003 Fig. 1a: training red, test blue
+TRAIN_COLOUR = "tab:red"  # Liu et al. 2019 Fig. 1a: training red, test blue
 TEST_COLOUR = "tab:blue"
-SIMILAR_COLOUR = "tab:blue"  # seed 004 Fig. 12: similar pairs blue
+# the Tiny ImageNet pair-verification report, Fig. 12: similar pairs blue
+SIMILAR_COLOUR = "tab:blue"
 DISSIMILAR_COLOUR = "tab:orange"
 
 
@@ -113,7 +114,8 @@ def _lines(
 
 
 def recall_at_k_curves(df: pd.DataFrame) -> bytes:
-    """Recall@K against K, a panel per method and a line per embedding size (seed 000 Fig. 2c/d).
+    """Recall@K against K, a panel per method and a line per embedding size (Meyer et al. 2018 Fig.
+    2c/d).
 
     Columns: method, dims and recall@K for any K; rows are runs, lines are mean and sd over
     the runs (seeds) of a method and size.
@@ -153,7 +155,7 @@ def recall_at_k_curves(df: pd.DataFrame) -> bytes:
 
 
 def mprec_curves(df: pd.DataFrame) -> bytes:
-    """mprec@K against K (seed 002), a panel per embedding size and a line per method.
+    """mprec@K against K (Sharma et al. 2015), a panel per embedding size and a line per method.
 
     Columns: method, dims, K, mprec; rows are (run, K), lines are mean and sd over the runs."""
     _require(df, ["method", "dims", "K", "mprec"])
@@ -210,7 +212,8 @@ def metrics_vs_dims(
 
 
 def accuracy_vs_examples(df: pd.DataFrame) -> bytes:
-    """Test accuracy against training examples per class, a line per method (seed 000 Fig. 3)."""
+    """Test accuracy against training examples per class, a line per method (Meyer et al. 2018 Fig.
+    3)."""
     _require(df, ["method", "train_per_class", "accuracy"])
     with figure_style():
         fig, (ax,) = subplots(1)
@@ -221,7 +224,7 @@ def accuracy_vs_examples(df: pd.DataFrame) -> bytes:
 
 
 def neighbours_effect(df: pd.DataFrame, metric: str) -> bytes:
-    """A metric against the number of neighbours k used in training (seed 000 Fig. 4a).
+    """A metric against the number of neighbours k used in training (Meyer et al. 2018 Fig. 4a).
 
     A line per method and embedding size where the table has those columns.
     """
@@ -243,7 +246,8 @@ def neighbours_effect(df: pd.DataFrame, metric: str) -> bytes:
 
 
 def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
-    """Mean distance and kernel value to the nearest centres per epoch (seed 000 Fig. 4b, 4c).
+    """Mean distance and kernel value to the nearest centres per epoch (Meyer et al. 2018 Fig. 4b,
+    4c).
 
     One run's history, or several stacked with a `hue` column naming each line (mean and sd
     over the rows of a hue value and epoch, e.g. over seeds).
@@ -299,7 +303,8 @@ def distance_frame(dist: np.ndarray, same: np.ndarray) -> pd.DataFrame:
 
 
 def pair_distance_figure(panels: Mapping[str, pd.DataFrame], per_row: int = 2) -> bytes:
-    """A panel of pair-distance histograms per titled distance_frame (seed 004 Fig. 1, 2, 12)."""
+    """A panel of pair-distance histograms per titled distance_frame (the Tiny ImageNet
+    pair-verification report Fig. 1, 2, 12)."""
     if not panels:
         raise ValueError("no pair distances to draw")
     for frame in panels.values():
@@ -320,13 +325,9 @@ def _pr_panel(ax: Axes, curves: Mapping[str, pd.DataFrame], title: str) -> None:
         ax.legend(fontsize=7)
 
 
-def pr_curves(curves: Mapping[str, pd.DataFrame]) -> bytes:
-    """Precision against recall, a line per named curve, e.g. seen, unseen (seed 004 Fig. 11b)."""
-    return pr_curve_panels({"precision-recall": curves})
-
-
 def pr_curve_panels(panels: Mapping[str, Mapping[str, pd.DataFrame]]) -> bytes:
-    """A pr_curves panel per title, e.g. seen and unseen, a line per loss (seed 004 Fig. 11b)."""
+    """Precision against recall, a panel per title (e.g. seen and unseen) and a line per named
+    curve (e.g. a loss), as in Fig. 11b of the Tiny ImageNet pair-verification report."""
     with figure_style():
         fig, axes = subplots(max(len(panels), 1))
         for ax, (title, curves) in zip(axes, panels.items(), strict=False):

@@ -18,6 +18,7 @@ import pandas as pd
 from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
 from bench.evaluation.retrieval import query_scores
+from bench.protocols import VERIFICATION, get_protocol
 from bench.report.gallery_images import (
     DISAGREE_FRAME,
     QUERY_FRAME,
@@ -59,12 +60,6 @@ def fixed_order(labels: np.ndarray, dataset: str) -> np.ndarray:
 def fixed_queries(labels: np.ndarray, n: int, dataset_name: str) -> np.ndarray:
     """n test queries, the same for every run of the data set: one per class where n allows."""
     return fixed_order(labels, dataset_name)[:n]
-
-
-def worst_queries(embeddings: np.ndarray, labels: np.ndarray, n: int) -> np.ndarray:
-    """The n queries with the lowest AP@R (the evaluator's per-query values), lowest first;
-    a query alone in its class has none and is never among them."""
-    return lowest(query_scores(embeddings, labels)["map@r"], n)
 
 
 def lowest(ap: np.ndarray, n: int) -> np.ndarray:
@@ -304,7 +299,7 @@ def visualize_galleries(
         files[f"gallery-vs-{Path(compare).name}.png"] = comparison_figure(
             show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names
         )
-    if cfg.protocol == "pairs":
+    if get_protocol(cfg.protocol).evaluates(VERIFICATION):
         files["pair-errors.png"] = pair_errors_of(show, run_dir, emb, labels, queries, names)
     for file_name, data_bytes in files.items():
         atomic_write_bytes(Path(out) / file_name, data_bytes)

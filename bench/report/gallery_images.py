@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from bench.data.datasets import DataSplits, load_run_data
 from bench.data.names import FEATURES_PREFIX
+from bench.protocols import data_protocol
 from bench.report.figures import DPI, plt, png_bytes
 from bench.report.run_files import DamagedRun, first_line, saved_embeddings
 from bench.runs import store
@@ -44,8 +45,9 @@ def has_images(dataset: str) -> bool:
 
 
 def run_config(run_dir: Path) -> RunConfig:
-    """The RunConfig a run recorded in its config.json (a seed 002 method's run: the split of
-    the data it was fitted on); a one-line ValueError where the file is missing or unreadable."""
+    """The RunConfig a run recorded in its config.json (a linear method's run, Sharma et al.
+    2015: the split of the data it was fitted on); a one-line ValueError where the file is
+    missing or unreadable."""
     path = Path(run_dir) / store.CONFIG
     try:
         record = json.loads(path.read_text())
@@ -53,9 +55,7 @@ def run_config(run_dir: Path) -> RunConfig:
         raise DamagedRun(path, f"unreadable run configuration: {first_line(err)}") from None
     if not isinstance(record, dict):
         raise DamagedRun(path, "not a JSON object")
-    if record.get("protocol") == "linear":  # data_protocol: "file" for a features file
-        split = record.get("data_protocol", "metric")
-        record["protocol"] = "metric" if split == "file" else split
+    record["protocol"] = data_protocol(record)  # a linear method's: the split it was fitted on
     known = {f.name for f in fields(RunConfig)}
     return RunConfig(**{k: v for k, v in record.items() if k in known})
 

@@ -9,16 +9,23 @@ from bench.report.table_format import Files
 from bench.report.tuning import TUNING
 
 KINDS = {
-    "<table>.md": "embedding results per loss and size (seed 000 Tables 1-2); published numbers",
+    "<table>.md": (
+        "embedding results per loss and size (Meyer et al. 2018 Tables 1-2); published numbers"
+    ),
     "<table>.csv": "the same, as numbers",
-    "<table>.png": "R@1 and NMI against embedding size (seed 000 Fig. 2a/b)",
+    "<table>.png": "R@1 and NMI against embedding size (Meyer et al. 2018 Fig. 2a/b)",
     "<table>-paper.csv": "the papers' published numbers for this data set and protocol",
     "<table>-differences.csv": "each row against the reference row, per size and metric: the "
     "difference, its bootstrap interval, Welch's p over seeds, whether significant",
-    "<table>-recall-at-k.png": "Recall@K against K per size (seed 000 Fig. 2c/d)",
-    "<table>-train-test.md": "R@1 per embedding (FC, GAP) on training and test (seed 003 Table 1)",
+    "<table>-recall-at-k.png": "Recall@K against K per size (Meyer et al. 2018 Fig. 2c/d)",
+    "<table>-train-test.md": (
+        "R@1 per embedding (FC, GAP) on training and test (Liu et al. 2019 Table 1)"
+    ),
     "<table>-train-test.csv": "the same, as numbers",
-    "<table>-categories.md": "best and worst categories per loss and split (seed 004 Table 3)",
+    "<table>-categories.md": (
+        "best and worst categories per loss and split (the Tiny ImageNet "
+        "pair-verification report Table 3)"
+    ),
     "<table>-categories.csv": "the same, as numbers",
     "<table>-health.md": "embedding health per loss and size: principal components for 90/99 % "
     "of the variance, intra- vs inter-class distances, beside MAP@R",
@@ -29,11 +36,17 @@ KINDS = {
     "<table>-accuracy-vs-examples.png": "test accuracy against examples per class (Fig. 3)",
     "<table>-neighbours.png": "NNGK: the effect of the number of neighbours k (Fig. 4a)",
     "<table>-centres.png": "NNGK: distance and kernel value to nearest centres (Fig. 4b/4c)",
-    "<table>-pair-distances.png": "distances of similar and dissimilar test pairs (seed 004)",
-    "<table>-pr.png": "precision-recall of seen and unseen test pairs (seed 004 Fig. 11b)",
-    "<table>-mprec.png": "seed 002's mprec@K against K per method, a panel per size",
-    "<table>-tsne.png": "yoked t-SNE of the losses' test embeddings (seed 003)",
-    f"{CLASSIFICATION}.md": "test accuracy per backbone and loss (seed 000 Tables 3-5)",
+    "<table>-pair-distances.png": (
+        "distances of similar and dissimilar test pairs (the Tiny "
+        "ImageNet pair-verification report)"
+    ),
+    "<table>-pr.png": (
+        "precision-recall of seen and unseen test pairs (the Tiny ImageNet "
+        "pair-verification report Fig. 11b)"
+    ),
+    "<table>-mprec.png": "Sharma et al. 2015's mprec@K against K per method, a panel per size",
+    "<table>-tsne.png": "yoked t-SNE of the losses' test embeddings (Liu et al. 2019)",
+    f"{CLASSIFICATION}.md": "test accuracy per backbone and loss (Meyer et al. 2018 Tables 3-5)",
     f"{CLASSIFICATION}.csv": "Tables 3-4 as numbers",
     f"{CLASSIFICATION}-ablation.csv": "Table 5 (learned/fixed weights, trained/frozen backbone)",
     f"{TUNING}.md": "what `tune` chose for each loss, with its budget and validation score",

@@ -133,7 +133,7 @@ def tsne_inputs(part: pd.DataFrame) -> tuple[list[np.ndarray], np.ndarray, list[
 
 
 def examples_figure(part: pd.DataFrame, table: str) -> Files:
-    """<table>-accuracy-vs-examples.png (seed 000 Fig. 3), where the runs differ in it."""
+    """<table>-accuracy-vs-examples.png (Meyer et al. 2018 Fig. 3), where the runs differ in it."""
     examples = examples_frame(part)
     if examples["train_per_class"].nunique() < 2:
         return {}
@@ -141,7 +141,7 @@ def examples_figure(part: pd.DataFrame, table: str) -> Files:
 
 
 def neighbours_figure(part: pd.DataFrame, table: str) -> Files:
-    """<table>-neighbours.png (seed 000 Fig. 4a), where NNGK runs differ in k."""
+    """<table>-neighbours.png (Meyer et al. 2018 Fig. 4a), where NNGK runs differ in k."""
     frame = neighbours_frame(part)
     if frame["k"].nunique() < 2:
         return {}
@@ -149,7 +149,7 @@ def neighbours_figure(part: pd.DataFrame, table: str) -> Files:
 
 
 def centres_figure(part: pd.DataFrame, table: str) -> Files:
-    """<table>-centres.png (seed 000 Fig. 4b/4c) from NNGK runs' history.csv."""
+    """<table>-centres.png (Meyer et al. 2018 Fig. 4b/4c) from NNGK runs' history.csv."""
     history = centre_history(part)
     if not len(history):
         return {}
@@ -157,7 +157,8 @@ def centres_figure(part: pd.DataFrame, table: str) -> Files:
 
 
 def pair_figures(part: pd.DataFrame, table: str) -> Files:
-    """<table>-pair-distances.png and <table>-pr.png (seed 004) from pairs runs' pr_*.csv."""
+    """<table>-pair-distances.png and <table>-pr.png (the Tiny ImageNet pair-verification report)
+    from pairs runs' pr_*.csv."""
     panels = distance_panels(part)
     if not panels:
         return {}
@@ -168,7 +169,8 @@ def pair_figures(part: pd.DataFrame, table: str) -> Files:
 
 
 def mprec_figure(part: pd.DataFrame, table: str) -> Files:
-    """<table>-mprec.png: mprec@K against K per method and size (seed 002) from mprec.csv."""
+    """<table>-mprec.png: mprec@K against K per method and size (Sharma et al. 2015) from
+    mprec.csv."""
     frames = [
         curve.assign(method=run["method"], dims=run["dims"])
         for _, run in part.iterrows()
@@ -180,7 +182,7 @@ def mprec_figure(part: pd.DataFrame, table: str) -> Files:
 
 
 def tsne_figure(part: pd.DataFrame, table: str) -> Files:
-    """<table>-tsne.png: yoked t-SNE of several losses' test embeddings (seed 003)."""
+    """<table>-tsne.png: yoked t-SNE of several losses' test embeddings (Liu et al. 2019)."""
     xs, labels, titles = tsne_inputs(part)
     if not xs:
         return {}

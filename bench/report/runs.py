@@ -13,7 +13,7 @@ import pandas as pd
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import METRIC_KEYS
-from bench.evaluation.retrieval import MPREC_KS
+from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, untrained_label
 from bench.util.names import safe_name
@@ -33,13 +33,9 @@ SETTINGS = (
     "batch_size",
     "data_fingerprint",
 )
-# The protocols' own metrics, checked to be numbers where a run has them.
-OPTIONAL_METRICS = (
-    "nmi_best_of_5",
-    "accuracy",
-    *(f"mprec@{k}" for k in MPREC_KS),
-    *(f"{s}_{m}" for s in ("seen", "unseen") for m in ("accuracy", "far", "frr", "ap")),
-)
+# Earlier versions' NMI and the protocols' own metrics, checked to be numbers where a run has
+# them.
+OPTIONAL_METRICS = ("nmi_best_of_5", *protocol_columns())
 
 DEFAULTS = RunConfig()
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
@@ -96,13 +92,12 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
             continue
         if "nmi_best_of_5" not in metrics:  # earlier versions' NMI was the best of 5 restarts
             metrics["nmi_best_of_5"], metrics["nmi"] = metrics["nmi"], float("nan")
-        protocol = metrics.setdefault("protocol", "metric")
-        # Seed 002's methods (protocol "linear") follow a split of the data (data_protocol;
-        # "file" for a features file): their baseline is in the deep runs' table of that split.
-        split = metrics.get("data_protocol") or protocol
-        split = "metric" if split == "file" else split
+        protocol = metrics.setdefault("protocol", DEFAULT_PROTOCOL)
+        # A linear method's runs follow a split of the data (`data_protocol`): their baseline
+        # is in the deep runs' table of that split.
+        split = data_protocol(metrics)
         base = data_name(metrics)
-        base = base if split == "metric" else f"{base}-{split}"
+        base = f"{base}-{split}" if shown_protocol(split) else base
         table = base if protocol == split else f"{base}-{protocol}"
         preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
         table = f"{table}-{preset}" if preset else table

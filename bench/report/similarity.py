@@ -1,4 +1,4 @@
-"""Seed 003 Fig. 2: per item, the cosine similarity to its nearest same-class and other-class
+"""Liu et al. 2019 Fig. 2: per item, the cosine similarity to its nearest same-class and other-class
 item, and the scatter of the two (PNG bytes)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ SIMILARITY_BLOCK = 2048
 def similarity_scatter(embeddings: np.ndarray, labels: np.ndarray) -> pd.DataFrame:
     """Per point, the cosine similarity to its most similar other point of its class (same) and
     of another class (different); correct when same > different, i.e. when its nearest
-    neighbour would classify it rightly (seed 003 Sec. 2.4).
+    neighbour would classify it rightly (Liu et al. 2019 Sec. 2.4).
 
     A missing side is NaN: a class's only member has no same value and is never correct; with a
     single class there is no different value and every point that has a same value is correct.
@@ -49,8 +49,8 @@ def similarity_scatter(embeddings: np.ndarray, labels: np.ndarray) -> pd.DataFra
 
 
 def similarity_scatter_figure(train_df: pd.DataFrame, test_df: pd.DataFrame) -> bytes:
-    """Training and test panels of different- against same-class similarity (seed 003 Fig. 2):
-    points below the diagonal (cyan) are closer to their own class."""
+    """Training and test panels of different- against same-class similarity (Liu et al. 2019 Fig.
+    2): points below the diagonal (cyan) are closer to their own class."""
     values = pd.concat([train_df, test_df])[["same", "different"]].to_numpy(dtype=float)
     values = values[np.isfinite(values)]
     lo, hi = (values.min(), values.max()) if len(values) else (-1.0, 1.0)

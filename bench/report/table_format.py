@@ -8,21 +8,14 @@ from collections.abc import Sequence
 import pandas as pd
 from tabulate import tabulate
 
-from bench.evaluation.retrieval import MPREC_KS
+from bench.protocols import protocol_columns
 from bench.report.reference import reference_rows
 from bench.report.runs import format_value
 from bench.report.significance import t_halfwidth
 
-PROTOCOL_COLUMNS = {
-    "nmi_best_of_5": "NMI (best of 5)",
-    "accuracy": "Accuracy",
-    **{f"mprec@{k}": f"mprec@{k}" for k in MPREC_KS},  # seed 002's methods
-    **{
-        f"{split}_{m}": f"{split} {label}"
-        for split in ("seen", "unseen")
-        for m, label in (("accuracy", "acc."), ("far", "FAR"), ("frr", "FRR"), ("ap", "AP"))
-    },
-}
+# Earlier versions' NMI, then the protocols' own metrics (classify: accuracy; linear: mprec@K;
+# pairs: seen and unseen verification), as each protocol declares them.
+PROTOCOL_COLUMNS = {"nmi_best_of_5": "NMI (best of 5)", **protocol_columns()}
 
 
 COLUMNS = {

@@ -1,4 +1,4 @@
-"""Seed 003 Table 1: R@1 of each embedding (FC, GAP) on the training and the test split."""
+"""Liu et al. 2019 Table 1: R@1 of each embedding (FC, GAP) on the training and the test split."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _split_rows(embedding: pd.Series, split: str) -> tuple[pd.Series, pd.Series]
 
 
 def train_test_table(part: pd.DataFrame) -> pd.DataFrame:
-    """Seed 003 Table 1: R@1 of each embedding on the training and the test split, a column
+    """Liu et al. 2019 Table 1: R@1 of each embedding on the training and the test split, a column
     per method; empty unless the runs have training metrics or several embeddings."""
     runs = trained_runs(part)
     train = column_or_nan(runs, "train_recall@1").astype(float)
@@ -61,7 +61,7 @@ def train_test_table(part: pd.DataFrame) -> pd.DataFrame:
 
 
 def train_test_paper(dataset: str, protocol: str) -> str:
-    """Seed 003's Table 1 or 2 for this data set: R@1 per embedding and split, a column per
+    """Liu et al. 2019's Table 1 or 2 for this data set: R@1 per embedding and split, a column per
     selection strategy."""
     ref = reference_rows(dataset, protocol)
     ref = ref[ref["setting"].str.contains("split=") & (ref["metric"] == "recall@1")]
@@ -83,17 +83,17 @@ def train_test_paper(dataset: str, protocol: str) -> str:
     )
     body = github_table(rows, ["paper", "table", "embedding (split)", "dims", *wide.columns])
     return published_section(
-        "seed 003, R@1 x100", f"{legend}; see each row's note in papers.csv.\n\n{body}"
+        "Liu et al. 2019, R@1 x100", f"{legend}; see each row's note in papers.csv.\n\n{body}"
     )
 
 
 def train_test_files(part: pd.DataFrame, table: str) -> Files:
-    """<table>-train-test.md and .csv (seed 003 Table 1)."""
+    """<table>-train-test.md and .csv (Liu et al. 2019 Table 1)."""
     wide = train_test_table(part)
     if not len(wide):
         return {}
     text = (
-        f"# {table}: R@1 x100 on the training and the test split (seed 003 Table 1)\n\n"
+        f"# {table}: R@1 x100 on the training and the test split (Liu et al. 2019 Table 1)\n\n"
         "Per embedding (FC: a linear layer after the backbone; GAP: its global average "
         f"pooling), {INTERVAL}.\n\n"
         + wide_markdown(wide, {"row": "embedding (split)", "dims": "dims"})

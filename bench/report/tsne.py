@@ -1,5 +1,5 @@
 """t-SNE of embeddings: sklearn's for one set; for several, an exact t-SNE whose layouts are yoked
-(seed 003), with their figures (PNG bytes)."""
+(Liu et al. 2019), with their figures (PNG bytes)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ EXAGGERATION_ITERATIONS = 250
 INIT_STD = 1e-4
 # Rauber et al.'s lambda, with their normalisation: the penalty is lambda / (2n) times the
 # summed squared displacements, so it weighs like one KL term whatever n is. Their example
-# uses 0.1 for a slowly drifting sequence; seed 003 asks for "a very small weight" so each
+# uses 0.1 for a slowly drifting sequence; Liu et al. 2019 asks for "a very small weight" so each
 # layout stays its own t-SNE and only its free choices (rotation, reflection, where each
 # cluster goes) are aligned. On clustered test data (n = 300 and 1000), 0.001 cut the
 # misalignment of two related embeddings 2.5-3.5 fold for at most 5% more KL, and cost 8-16%
@@ -208,7 +208,7 @@ def joint_tsne_figure(
     layout: np.ndarray, train_labels: np.ndarray, test_labels: np.ndarray
 ) -> bytes:
     """Three panels of one joint layout whose first rows are the training points: training by
-    class, test by class, and both by split (training red, test blue) (seed 003 Fig. 1a)."""
+    class, test by class, and both by split (training red, test blue) (Liu et al. 2019 Fig. 1a)."""
     layout = np.asarray(layout)
     n_train = len(train_labels)
     if len(layout) != n_train + len(test_labels):

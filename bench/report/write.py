@@ -1,11 +1,10 @@
 """Comparison tables and plots, read only from finished run folders.
 
 Per table (a data set under a protocol): the embedding results (`<table>.md/.csv/.png`), the
-published numbers, and whichever of the papers' other tables and figures its runs have the data
-for; across the classify-protocol tables, the classification comparison (seed 000 Tables 3-5).
-A table or figure whose runs lack what it needs is left out; one that fails on a damaged file is
-named among the problems, never a traceback.
-"""
+published numbers, and whichever of the papers' other tables and figures its runs have the data for;
+across the classify-protocol tables, the classification comparison (Meyer et al. 2018 Tables 3-5). A
+table or figure whose runs lack what it needs is left out; one that fails on a damaged file is named
+among the problems, never a traceback."""
 
 from __future__ import annotations
 

@@ -1,13 +1,19 @@
-"""A run's configuration as a plain dataclass; its hash names the run folder."""
+"""A run's configuration as a plain dataclass; its hash names the run folder.
+
+Each field carries its help text (`metadata["help"]`): `nngk-bench run` offers every field as
+an option of the same name (`batch_size` -> `--batch-size`, of the field's type), except those
+marked `option=False`, which the commands set otherwise (`--dataset`, `--dims`, `--seed`,
+`--loss-param`, or from the data)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from bench.protocols import shown_protocol
 from bench.util.names import safe_name
 
 # Where the data lies, how it is loaded, which preset gave the defaults and where the run is
@@ -22,46 +28,98 @@ HASHED_IF_SET = {
     "tuned": "",
     "crop_mode": "squash",
 }
+# Set from the data before a run starts (bench.data.identity), never read from a record.
+DATA_IDENTITY = ("data_location", "data_fingerprint")
+
+
+def setting(default: Any, help: str, option: bool = True) -> Any:
+    """A field with its help text; `option=False`: no `run` option of its own."""
+    return field(default=default, metadata={"help": help, "option": option})
+
+
+PRESET_DEFAULT = " Default: the preset's."
 
 
 @dataclass(frozen=True)
 class RunConfig:
     """Everything that determines a run; its hash names the run folder."""
 
-    dataset: str = "digits"
-    protocol: str = "metric"
-    loss: str = "nngk"
-    loss_params: dict[str, Any] = field(default_factory=dict)
-    dims: int = 64
-    backbone: str = "small_cnn"
-    pretrained: str = "none"
-    embedding: str = "fc"
-    epochs: int = 20
-    batch_size: int = 64
-    m_per_class: int = 16
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    val_fraction: float = 0.2
-    val_split: str = "images"  # or "classes": validation classes never trained on
-    train_per_class: int = 0  # 0: every training image
-    freeze_backbone: bool = False
-    resize: int = 256
-    crop: int = 224
-    pad: int = 0
-    crop_mode: str = "squash"  # or "aspect": aspect ratio kept, random-resized crops (crops.py)
-    seed: int = 0
-    preset: str = ""
-    data_root: str = ""
-    # Set from the data before a run starts (bench.data.identity): "" for the built-in sets.
-    data_location: str = ""
-    data_fingerprint: str = ""
-    tuned: str = ""  # the Optuna study whose best parameters these are (`tune`)
-    workers: int = 0
-    log: str = "none"  # experiment log: none, tensorboard or mlflow (bench/train/tracking.py)
+    dataset: str = setting("digits", "The data set (run --dataset).", option=False)
+    protocol: str = setting(
+        "metric",
+        "metric: test on classes never trained on; classify: the same classes in every split "
+        "(Meyer et al. 2018, §3.2); pairs: seen and unseen classes of the Tiny ImageNet "
+        "pair-verification report.",
+    )
+    loss: str = setting("nngk", "The loss's name (`nngk-bench losses`).", option=False)
+    loss_params: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Parameters given to the loss (--loss-param).", "option": False},
+    )
+    dims: int = setting(64, "The embedding's size (run --dims).", option=False)
+    backbone: str = setting("small_cnn", "The network under the embedding." + PRESET_DEFAULT)
+    pretrained: str = setting("none", "imagenet, none, or a state-dict PATH." + PRESET_DEFAULT)
+    embedding: str = setting(
+        "fc", "fc: a linear layer after the backbone; gap: its global average pooling."
+    )
+    epochs: int = setting(20, "Training epochs." + PRESET_DEFAULT)
+    batch_size: int = setting(64, "Examples per training step." + PRESET_DEFAULT)
+    m_per_class: int = setting(
+        16,
+        "Examples of each class in a class-balanced batch (default: what the loss declares, "
+        "else the preset's).",
+    )
+    lr: float = setting(0.01, "SGD learning rate." + PRESET_DEFAULT)
+    momentum: float = setting(0.9, "SGD momentum.")
+    weight_decay: float = setting(5e-4, "SGD weight decay." + PRESET_DEFAULT)
+    val_fraction: float = setting(
+        0.2,
+        "Share of the training images (or classes, --val-split classes) held out to choose "
+        "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
+    )
+    val_split: str = setting(
+        "images",
+        "Validation: a share of the training images (default), or whole training classes "
+        "never trained on (metric protocol).",
+    )
+    train_per_class: int = setting(0, "At most N training images per class (Fig. 3).")
+    freeze_backbone: bool = setting(False, "Train only what follows the backbone.")
+    resize: int = setting(
+        256, "Images' size (the shorter side; the longer at most 4x it) before crops."
+    )
+    crop: int = setting(224, "Random (train) / centre (eval) crop.")
+    pad: int = setting(0, "Pixels of zeros around an image before its random crop.")
+    crop_mode: str = setting(
+        "squash",
+        "squash (the papers'): images stretched to resize x resize, random crops; aspect: "
+        "aspect ratio kept, random-resized crops. Default: squash.",
+    )
+    seed: int = setting(0, "The run's seed (run --seed).", option=False)
+    preset: str = setting(
+        "", "A paper's settings in place of the protocol's preset (seed003: Liu et al. 2019)."
+    )
+    data_root: str = setting("", "Folder holding the data sets (default: $NNGK_DATA, else ~/data).")
+    data_location: str = setting("", "The data's resolved folder or file.", option=False)
+    data_fingerprint: str = setting("", "A digest of the data's files.", option=False)
+    tuned: str = setting("", "The Optuna study whose best parameters these are.", option=False)
+    workers: int = setting(0, "DataLoader workers.")
+    log: str = setting(
+        "none",
+        "Log hyper-parameters, the training loss at each step and each epoch's metrics to "
+        "TensorBoard (RUN/tensorboard/) or MLflow (RESULTS/mlflow.db, or "
+        "$MLFLOW_TRACKING_URI); pip install 'nngk-bench[log]'. Does not change the run's id.",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> RunConfig:
+        """The config a run recorded (its config.json): other keys ignored, a field it lacks
+        at its default (as `HASHED_IF_SET` names older runs), its data's identity left to be
+        found again."""
+        known = {f.name for f in fields(cls)} - set(DATA_IDENTITY)
+        return cls(**{k: v for k, v in record.items() if k in known})
 
     def run_id(self) -> str:
         unset = {k for k, default in HASHED_IF_SET.items() if getattr(self, k) == default}
@@ -70,7 +128,7 @@ class RunConfig:
         miner = self.loss_params.get("miner")
         name = f"{self.loss}-{miner}" if miner else self.loss
         dataset = safe_name(self.dataset)
-        protocol = "" if self.protocol == "metric" else f"{self.protocol}-"
+        protocol = f"{self.protocol}-" if shown_protocol(self.protocol) else ""
         return f"{dataset}-{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
 
 

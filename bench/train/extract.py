@@ -1,4 +1,5 @@
-"""Features of a frozen backbone (seed 002's CNN features) for every image of a data set."""
+"""Features of a frozen backbone (Sharma et al. 2015's CNN features) for every image of a data
+set."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from bench.data.datasets import DataSplits
 from bench.data.feature_files import SPLITS
 from bench.models.embed import embed
 from bench.models.embedding import build_model
+from bench.protocols import DEFAULT_PROTOCOL
 from bench.train.loaders import load_data
 from bench.train.presets import make_configs
 from bench.util.names import safe_name
@@ -31,8 +33,8 @@ def _split_features(model: torch.nn.Module, data: DataSplits, device: torch.devi
         if len(split) == 0:
             continue
         feats, labels = embed(model, split, device, features=True)
-        # VGG16's and AlexNet's backbone output is FC7 before its ReLU; seed 002 uses it after.
-        # The other backbones end in a ReLU or a pool of one, where this changes nothing.
+        # VGG16's and AlexNet's backbone output is FC7 before its ReLU; Sharma et al. 2015 uses it
+        # after. The other backbones end in a ReLU or a pool of one, where this changes nothing.
         yield torch.relu(feats).numpy(), labels, np.full(len(labels), name)
 
 
@@ -40,7 +42,7 @@ def extract_features(
     dataset: str,
     backbone: str = "vgg16",
     pretrained: str = "imagenet",
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     data_root: str | None = None,
     device: torch.device | None = None,
     seed: int = 0,

@@ -9,6 +9,7 @@ import numpy as np
 from bench.data.datasets import DataSplits
 from bench.data.names import FEATURES_PREFIX
 from bench.models.backbones import check_backbone_weights
+from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
@@ -95,11 +96,8 @@ def where_classes_go(cfg: RunConfig) -> str:
     """Why a split has so few classes, where the protocol explains it."""
     if cfg.dataset.startswith(FEATURES_PREFIX):
         return " (a features file's splits are its own: its rows' split and labels)"
-    if cfg.protocol == "metric":
-        return " (the metric protocol trains on the first half of the classes, tests on the rest)"
-    if cfg.protocol == "pairs":
-        return " (the pairs protocol trains and tests on the first half of the classes)"
-    return ""
+    note = get_protocol(cfg.protocol).classes_note
+    return f" (the {cfg.protocol} protocol {note})" if note else ""
 
 
 def classes_text(n: int) -> str:
@@ -108,16 +106,17 @@ def classes_text(n: int) -> str:
 
 def check_validation(cfg: RunConfig, data: DataSplits) -> None:
     """A one-line error when the validation split cannot rank: MAP@R needs a class with two
-    items, or every epoch's score is NaN."""
-    if cfg.val_fraction == 0 and cfg.protocol == "pairs":
+    items, or every epoch's score is NaN; or when the protocol needs a validation split."""
+    protocol = get_protocol(cfg.protocol)
+    if cfg.val_fraction == 0 and protocol.needs_validation:
         raise ValueError(
-            "the pairs protocol chooses its verification threshold on validation images; "
+            f"the {cfg.protocol} protocol {protocol.needs_validation}; "
             "give it a --val-fraction above 0"
         )
     if not len(data.val) and cfg.val_fraction == 0:
         return  # no validation asked for: the last epoch is tested
     counts = class_counts(data.val.labels)
-    if cfg.protocol != "classify" and not (counts >= 2).any():
+    if protocol.validation_ranks and not (counts >= 2).any():
         raise ValueError(
             f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
             "two, so it cannot choose an epoch; use a data set with more images per class, or "
@@ -150,10 +149,11 @@ def check_test(cfg: RunConfig, data: DataSplits) -> None:
 
 
 def check_trained_classes(cfg: RunConfig, data: DataSplits) -> None:
-    """The classify protocol's classifier knows the training classes only: a one-line error for
-    a validation or test class without a training image (the classifier's scores would index a
-    class it does not have)."""
-    if cfg.protocol != "classify":
+    """A classifier knows the training classes only: under a protocol that scores one, a
+    one-line error for a validation or test class without a training image (the classifier's
+    scores would index a class it does not have)."""
+    why = get_protocol(cfg.protocol).trained_classes
+    if not why:
         return
     trained = set(np.unique(np.asarray(data.train.labels)).tolist())
     for name, split in (("validation", data.val), ("test", data.test)):
@@ -163,7 +163,7 @@ def check_trained_classes(cfg: RunConfig, data: DataSplits) -> None:
         named = [data.class_names[c] for c in missing if c < len(data.class_names)]
         which = f"class {named[0]!r}" if len(named) == 1 else classes_text(len(missing))
         raise ValueError(
-            f"the classify protocol scores its classifier on the classes it trained on, and "
+            f"the {cfg.protocol} protocol {why}, and "
             f"{which} of the {name} split of {cfg.dataset} {'has' if len(missing) == 1 else 'have'}"
             " no training image; give each class training images (a features file: rows of "
             "split 'train'), or leave the class out"

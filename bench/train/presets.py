@@ -9,6 +9,7 @@ from typing import Any
 from bench.data.glyphs import is_glyphs
 from bench.data.names import FEATURES_PREFIX
 from bench.models.backbones import GAP_DIMS
+from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig
 from losses import get_loss_class, loss_names
 
@@ -30,13 +31,13 @@ def sigma_for_dims(dims: int) -> float:
     return round(10.0 * (dims / 64) ** (math.log(3) / math.log(16)), 2)
 
 
-# NNGK on a network trained from scratch (digits, glyphs, feature heads, seed 004's network, and
-# a paper protocol run with --pretrained none): sigma 1 suits the scale such an embedding takes
-# (the paper's 10 to 100, meant for ImageNet networks, leave its kernels flat: issue 14), a
-# refresh every epoch.
+# NNGK on a network trained from scratch (digits, glyphs, feature heads, the Tiny ImageNet
+# pair-verification report's network, and a paper protocol run with --pretrained none): sigma 1
+# suits the scale such an embedding takes (the paper's 10 to 100, meant for ImageNet networks, leave
+# its kernels flat: issue 14), a refresh every epoch.
 SMALL_NETWORK_NNGK = {"sigma": 1.0, "k": 100, "update_interval": 1}
 
-# A paper preset's learning rate (1e-5, seed 000) fine-tunes an ImageNet network; the same
+# A paper preset's learning rate (1e-5, Meyer et al. 2018) fine-tunes an ImageNet network; the same
 # network trained from scratch (--pretrained none) barely moves at it. Such a run takes 3e-4
 # unless --lr is given, chosen here on a folder of 28-px glyphs (20 classes x 20, small CNN,
 # NNGK, 30 epochs): the training loss fell 6.5 % at 1e-5, 40 % at 3e-4, and at 1e-3 it fell 60 %
@@ -89,9 +90,9 @@ GLYPHS = Preset(
     loss_config={"nngk": {"lr": 0.001}, "npair": {"lr": 0.001}},
 )
 
-# Seed 000 §3.1: GoogLeNet with ImageNet weights, 256x256 images, random 224 crops and mirroring,
-# batch 20, SGD lr 1e-5, weight decay 2e-4; NNGK with 100 neighbours refreshed every 10 epochs.
-# The paper does not give the number of epochs.
+# Meyer et al. 2018 §3.1: GoogLeNet with ImageNet weights, 256x256 images, random 224 crops and
+# mirroring, batch 20, SGD lr 1e-5, weight decay 2e-4; NNGK with 100 neighbours refreshed every 10
+# epochs. The paper does not give the number of epochs.
 METRIC = Preset(
     dims=(64,),
     config=dict(
@@ -108,20 +109,21 @@ METRIC = Preset(
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
 )
 
-# Seed 000 §3.2: the same training settings; VGG16 with FC7 (4096) itself as the embedding;
+# Meyer et al. 2018 §3.2: the same training settings; VGG16 with FC7 (4096) itself as the embedding;
 # ResNets: their final pooling, then dropout (--embedding backbone); sigma about 100 for
 # VGG16's 4096-dimensional embedding on Birds200; validation CUB 20 %, Cars196 30 % of the
 # training images, Leafsnap field 50/20/30 (20 % of all is 2/7 of the 70 % left after test).
 CLASSIFY = replace(
     METRIC,
     dims=(4096,),
-    config={**METRIC.config, "backbone": "vgg16", "embedding": "backbone"},
+    config={**METRIC.config, "backbone": "vgg16", "embedding": "backbone", "val_fraction": 0.2},
     loss_params={"nngk": paper_nngk(100.0)},
 )
 CLASSIFY_VAL = {"cub": 0.2, "cars196": 0.3, "leafsnap": 2 / 7, "flowers102": 0.0}
 
-# Seed 004: Tiny ImageNet at 64x64 without augmentation, the report's reduced VGG-16, embedding
-# length 96, batch 64, lr 1e-3; validation 50 of each seen class's 500 training images.
+# The Tiny ImageNet pair-verification report: Tiny ImageNet at 64x64 without augmentation, the
+# report's reduced VGG-16, embedding length 96, batch 64, lr 1e-3; validation 50 of each seen
+# class's 500 training images.
 PAIRS = Preset(
     dims=(96,),
     config=dict(
@@ -148,11 +150,11 @@ FEATURES = Preset(
     loss_params=DIGITS.loss_params,
 )
 
-# Seed 003 §2 (Liu et al.): ImageNet ResNet18, a 64-d embedding, batch 128, images resized to
-# 256x256, random crops from the image padded by 10 pixels a side, horizontal flips; SGD. The
-# paper gives no learning rate, weight decay or epochs: SGD lr 1e-3 for fine-tuning a pretrained
-# ResNet at batch 128, seed 000's weight decay, 30 epochs. Its losses are triplet-nca (with the
-# all, semihard and easy-positive miners) and npair; `--embedding gap` takes the 512-d GAP layer.
+# Liu et al. 2019 §2: ImageNet ResNet18, a 64-d embedding, batch 128, images resized to 256x256,
+# random crops from the image padded by 10 pixels a side, horizontal flips; SGD. The paper gives no
+# learning rate, weight decay or epochs: SGD lr 1e-3 for fine-tuning a pretrained ResNet at batch
+# 128, Meyer et al. 2018's weight decay, 30 epochs. Its losses are triplet-nca (with the all,
+# semihard and easy-positive miners) and npair; `--embedding gap` takes the 512-d GAP layer.
 SEED003 = Preset(
     dims=(64,),
     config=dict(
@@ -168,12 +170,25 @@ SEED003 = Preset(
         pad=10,
     ),
 )
-# On the built-in sets (digits, glyphs): their own preset with seed 003's embedding size and
+# On the built-in sets (digits, glyphs): their own preset with Liu et al. 2019's embedding size and
 # batch; the one-pixel shift of the digits' training images is their padded random crop.
 # small_cnn's GAP layer has 64 dims, so FC and GAP embeddings compare at the same size.
 SEED003_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
 SEED003_GLYPHS = replace(GLYPHS, dims=(64,), config={**GLYPHS.config, "batch_size": 128})
 PRESETS = {"seed003": (SEED003, {"digits": SEED003_DIGITS, "glyphs": SEED003_GLYPHS})}
+# The protocols' presets on image data sets, by the name a protocol declares (Protocol.preset),
+# with the data sets that differ (classify: their validation share).
+PROTOCOL_PRESETS = {
+    "metric": (METRIC, {}),
+    "classify": (
+        CLASSIFY,
+        {
+            name: replace(CLASSIFY, config={**CLASSIFY.config, "val_fraction": val})
+            for name, val in CLASSIFY_VAL.items()
+        },
+    ),
+    "pairs": (PAIRS, {}),
+}
 
 
 def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
@@ -190,10 +205,8 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
         return GLYPHS
     if dataset.startswith(FEATURES_PREFIX):
         return FEATURES
-    if protocol == "classify":
-        val = CLASSIFY_VAL.get(dataset, 0.2)
-        return replace(CLASSIFY, config={**CLASSIFY.config, "val_fraction": val})
-    return {"metric": METRIC, "pairs": PAIRS}.get(protocol, METRIC)
+    images, by_dataset = PROTOCOL_PRESETS[get_protocol(protocol).preset]
+    return by_dataset.get(dataset, images)
 
 
 def batch_settings(loss: str) -> dict[str, Any]:
@@ -232,7 +245,7 @@ def make_configs(
     loss: str,
     dims: tuple[int, ...] | None,
     loss_params: dict[str, Any],
-    protocol: str = "metric",
+    protocol: str = DEFAULT_PROTOCOL,
     preset: str = "",
     **overrides: Any,
 ) -> list[RunConfig]:

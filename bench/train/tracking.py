@@ -21,6 +21,7 @@ from numbers import Real
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bench.protocols import shown_protocol
 from bench.util.progress import log
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ class MlflowLog(RunLog):
 
         from bench.util.atomic import atomic_write_text
 
-        name = cfg.dataset if cfg.protocol == "metric" else f"{cfg.dataset} ({cfg.protocol})"
+        name = f"{cfg.dataset} ({cfg.protocol})" if shown_protocol(cfg.protocol) else cfg.dataset
         experiment = self.client.get_experiment_by_name(name)
         try:
             experiment_id = experiment.experiment_id if experiment else None

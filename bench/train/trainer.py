@@ -12,12 +12,11 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from bench.evaluation.classification import classification_scores
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
-from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.models.embed import embed
 from bench.models.embedding import build_model
+from bench.protocols import get_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, weights_label
 from bench.train.baseline import run_summary
@@ -29,6 +28,7 @@ from bench.train.distributed import (
     share_from_main,
     wrap_model,
 )
+from bench.train.evaluations import evaluations_of
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
@@ -53,7 +53,6 @@ from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 from losses import build_loss, loss_defaults
 
-SELECT_BY = "map@r"  # validation metric that picks the checkpoint
 SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
 
 
@@ -73,6 +72,8 @@ class Trainer:
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
         self.data = load_data(cfg)
+        self.protocol = get_protocol(cfg.protocol)  # what validation and test add, the score
+        self.evaluations = evaluations_of(self.protocol.evaluations)
         check_run(cfg, self.data, self.ranks.world)
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
@@ -160,51 +161,28 @@ class Trainer:
         )
         return emb.numpy(), labels
 
-    def class_probabilities(self, emb: np.ndarray) -> torch.Tensor:
-        """The loss's classifier over the current training embeddings (classify protocol)."""
-        train, train_labels = self.embed_split(self.data.train_eval)
-        return self.loss.class_probabilities(
-            torch.from_numpy(emb),
-            torch.from_numpy(train),
-            torch.from_numpy(train_labels),
-            self.data.num_train_classes,
-        )
-
     def validate(self, epoch: int) -> dict:
-        """Validation metrics, with `score` (higher is better) to select the checkpoint by:
-        MAP@R (metric), minus the classifier's NLL (classify), pair accuracy (pairs); the
-        epoch itself without a validation split."""
+        """Validation metrics with what the protocol's evaluations add, and `score` (higher is
+        better) to select the checkpoint by, as the protocol declares it; the epoch itself
+        without a validation split."""
         if not len(self.data.val):  # --val-fraction 0: every epoch beats the one before
             return {"score": float(epoch)}
         emb, labels = self.embed_split(self.data.val)
         if not np.isfinite(emb).all():
             raise Diverged(epoch, "validation embeddings", float("nan"))
         metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False)
-        if self.cfg.protocol == "classify":
-            metrics.update(classification_scores(self.class_probabilities(emb), labels))
-            metrics["score"] = -metrics["nll"]
-        elif self.cfg.protocol == "pairs":
-            scores, _, _ = pair_scores(emb, labels, validation_threshold(emb, labels))
-            metrics["pair_accuracy"] = metrics["score"] = scores["accuracy"]
-        else:
-            metrics["score"] = metrics[SELECT_BY]
+        for evaluation in self.evaluations:
+            metrics.update(evaluation.validate(self, emb, labels))
+        metrics["score"] = self.protocol.score_of(metrics)
         return metrics
 
     def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray]:
-        """Test metrics of the protocol, with the test embeddings and labels."""
+        """Test metrics with what the protocol's evaluations add (`write_tables`: their tables
+        into the run folder), with the test embeddings and labels."""
         emb, labels = self.embed_split(self.data.test)
         metrics = evaluate(emb, labels, seed=self.cfg.seed)
-        if self.cfg.protocol == "classify":
-            metrics.update(classification_scores(self.class_probabilities(emb), labels))
-        elif self.cfg.protocol == "pairs":
-            val_emb, val_labels = self.embed_split(self.data.val)
-            splits = {"seen": (emb, labels), "unseen": self.embed_split(self.data.unseen)}
-            scores, tables = pair_report(
-                splits, validation_threshold(val_emb, val_labels), self.data.class_names
-            )
-            metrics.update(scores)
-            for name, table in tables.items() if write_tables else ():
-                atomic_write_text(self.run_dir / f"{name}.csv", table.to_csv(index=False))
+        for evaluation in self.evaluations:
+            metrics.update(evaluation.test(self, emb, labels, write_tables))
         return metrics, emb, labels
 
     def start_or_resume(self) -> dict:
@@ -356,7 +334,8 @@ class Trainer:
         atomic_save_npz(
             self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
         )
-        # The same metrics on the training split: how far test falls from train (seed 003 Table 1).
+        # The same metrics on the training split: how far test falls from train (Liu et al. 2019,
+        # Table 1).
         train_metrics = evaluate(train, train_labels, seed=self.cfg.seed)
         metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(

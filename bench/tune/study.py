@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
@@ -55,10 +56,19 @@ class TuneSetup:
     folds: int = 1
     seed: int = 0
     grace_s: int = 60  # a RUNNING trial without a heartbeat for this long is failed, retried
+    # Loss parameters held fixed (`tune --loss-param`), by loss: not searched, in every run.
+    fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def study_name(self, loss: str) -> str:
         budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
-        return f"{safe_name(self.dataset)}-{loss}-{budget}"
+        fixed = "".join(f"-{k}-{v}" for k, v in sorted(self.fixed.get(loss, {}).items()))
+        return f"{safe_name(self.dataset)}-{loss}-{budget}{safe_name(fixed)}"
+
+    def space(self, loss: str) -> dict[str, tuple[str, float, float]]:
+        """What the trials search for `loss`: the common settings and the loss's own
+        parameters, but those held fixed."""
+        space = {**COMMON_SPACE, **get_loss_class(loss).search_space}
+        return {k: v for k, v in space.items() if k not in self.fixed.get(loss, {})}
 
 
 def default_storage(results: Path) -> str:
@@ -116,6 +126,7 @@ def split_params(params: dict) -> tuple[dict, dict]:
 def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
     """One run per class fold with these parameters and the tuning budget."""
     common, own = split_params(params)
+    own = {**own, **setup.fixed.get(loss, {})}
     (base,) = make_configs(setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common)
     base = replace(base, seed=setup.seed)
     folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
@@ -143,7 +154,7 @@ def trial_score(configs: list[RunConfig], trials_dir: Path) -> float:
 
 
 def objective(setup: TuneSetup, loss: str, trials_dir: Path):
-    space = {**COMMON_SPACE, **get_loss_class(loss).search_space}
+    space = setup.space(loss)
 
     def run_trial(trial: optuna.Trial) -> float:
         if budget_taken(trial, setup.trials):  # the others' trials fill it: no extra trial
@@ -210,6 +221,7 @@ def write_summary(study: optuna.Study, setup: TuneSetup, loss: str, results: Pat
         "setup": setup.__dict__,
         "best_value": study.best_value,
         "best_params": best_params(study),
+        "fixed_params": setup.fixed.get(loss, {}),  # tune --loss-param: held, not searched
         "trials": count_complete(study),
     }
     atomic_write_json(out / "best.json", record)
@@ -240,6 +252,7 @@ def tuned_configs(
     """The best parameters, trained as a normal run (the preset's validation split and
     epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table."""
     common, own = split_params(best_params(study))
+    own = {**own, **setup.fixed.get(loss, {})}
     configs = []
     for seed in seeds:
         (cfg,) = make_configs(

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 
+def qualified_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 class Registry(dict):
-    """Classes by name; `kind` names them in the error for an unknown name."""
+    """Classes by name; `kind` names them in the error for an unknown name.
+
+    The decorator refuses a name already taken, as timm refuses a model name registered twice:
+    a second class would otherwise replace the first without a word. (Setting an item directly,
+    as a test's monkeypatch does, still replaces it.)"""
 
     def __init__(self, kind: str):
         super().__init__()
@@ -12,6 +20,11 @@ class Registry(dict):
 
     def register(self, name: str):
         def add(cls: type) -> type:
+            if name in self and self[name] is not cls:
+                raise ValueError(
+                    f"{self.kind} {name!r} is already registered to {qualified_name(self[name])}; "
+                    f"cannot register {qualified_name(cls)} under the same name"
+                )
             self[name] = cls
             cls.registry_name = name
             return cls

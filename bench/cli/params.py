@@ -1,0 +1,179 @@
+"""Loss parameters on the command line: `--loss-param NAME=VALUE`, repeatable, for any parameter
+of any loss (`nngk-bench losses` lists them with their defaults). A value is read as the type of
+the parameter's default (true/false/1/0 for a bool); the parameters are checked against what
+the loss takes and by building the loss once, so that a bad one is a one-line error before
+anything is written. The options each parameter had of its own (--sigma, --miner, ...) stay,
+as short spellings of --loss-param in `run`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import click
+
+from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT
+
+
+def loss_param_option(
+    text: str = "A parameter of the loss, e.g. sigma=1.0; repeat it for several.",
+) -> Callable:
+    """--loss-param NAME=VALUE, repeatable; `text`: what it applies to in the command."""
+    more = " `nngk-bench losses` lists each loss's parameters and defaults."
+    return click.option(
+        "--loss-param", "loss_param", multiple=True, metavar="NAME=VALUE", help=text + more
+    )
+
+
+# option -> the loss parameter it sets (--fixed-weights: learn_weights=false).
+ALIASES = {
+    "miner": "miner",
+    "sigma": "sigma",
+    "k": "k",
+    "update_interval": "update_interval",
+    "index": "index",
+    "nprobe": "nprobe",
+    "margin": "margin",
+    "fixed_weights": "learn_weights",
+}
+ALIAS_OPTIONS = (
+    click.option("--miner", default=None, help="Triplet miner (see `losses`)."),
+    click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width."),
+    click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example."),
+    click.option(
+        "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
+    ),
+    click.option(
+        "--index",
+        type=click.Choice(["auto", "exact", "ivf"]),
+        default=None,
+        help="NNGK neighbour search at refresh: exact, approximate (IVF, its recall logged), or "
+        "auto (IVF from 100,000 training items). Default: auto.",
+    ),
+    click.option("--nprobe", type=POSITIVE, default=None,
+                 help="NNGK IVF lists probed (default 16)."),
+    click.option("--margin", type=NON_NEGATIVE, default=None, help="Triplet margin."),
+    click.option(
+        "--fixed-weights", is_flag=True, default=None, help="NNGK: centre weights fixed at 1 "
+        "(Table 5)."
+    ),
+)  # fmt: skip
+
+
+def loss_param_options(command: Callable) -> Callable:
+    """--loss-param and its short spellings."""
+    short = loss_param_option(
+        "A parameter of the loss, e.g. sigma=1.0; repeat it for several. The options below "
+        "(--miner to --fixed-weights) are short for it."
+    )
+    for option in reversed((short, *ALIAS_OPTIONS)):
+        command = option(command)
+    return command
+
+
+def given_params(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """Take --loss-param and its short spellings out of a command's keyword arguments: (the
+    NAME=VALUE pairs by name, the short spellings' values by parameter)."""
+    given = {ALIASES[o]: options.pop(o) for o in ALIASES if o in options}
+    if "learn_weights" in given:  # --fixed-weights: True, or None (older click: False)
+        given["learn_weights"] = False if given["learn_weights"] else None
+    aliases = {name: value for name, value in given.items() if value is not None}
+    return name_values(options.pop("loss_param", ())), aliases
+
+
+def name_values(pairs: tuple[str, ...]) -> dict[str, str]:
+    """('sigma=1', 'k=50') -> {'sigma': '1', 'k': '50'}; a ValueError for a pair without a
+    name, or for one name given two values."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        name = name.strip().replace("-", "_")
+        if not equals or not name:
+            raise ValueError(f"bad --loss-param {pair!r}; expected NAME=VALUE, e.g. sigma=1.0")
+        if found.get(name, value) != value:
+            raise ValueError(f"--loss-param {name} is given twice: {found[name]} and {value}")
+        found[name] = value
+    return found
+
+
+def parsed(name: str, text: str, default: Any) -> Any:
+    """`text` as the type of the parameter's default; a ValueError naming what it expects."""
+    try:
+        if isinstance(default, bool):
+            return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
+        if isinstance(default, int):
+            return int(text)
+        if isinstance(default, float):
+            return float(text)
+    except (KeyError, ValueError):
+        kind = {bool: "true or false", int: "an integer", float: "a number"}[type(default)]
+        raise ValueError(f"bad --loss-param {name}={text}; expected {kind}") from None
+    return text
+
+
+def takes(defaults: dict[str, Any]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in defaults.items()) or "no parameters"
+
+
+def spelled(name: str, aliases: dict[str, Any]) -> str:
+    """How the user gave the parameter `name`: its short option, or --loss-param NAME."""
+    if name in aliases:
+        option = next(o for o, param in ALIASES.items() if param == name)
+        return "--" + option.replace("_", "-")
+    return f"--loss-param {name}"
+
+
+def loss_params(loss: str, pairs: dict[str, str], aliases: dict[str, Any] | None = None) -> dict:
+    """The parameters given for `loss`, parsed and checked (a one-line ValueError): each one
+    the loss takes; a short spelling and --loss-param of one parameter agree; a miner known;
+    the loss builds with them."""
+    from losses import loss_defaults
+
+    aliases = aliases or {}
+    defaults = loss_defaults(loss)
+    for name in (*aliases, *pairs):
+        if name not in defaults:
+            raise ValueError(
+                f"loss {loss!r} does not take {spelled(name, aliases)}; it takes: {takes(defaults)}"
+            )
+    params = {name: parsed(name, text, defaults[name]) for name, text in pairs.items()}
+    for name, value in aliases.items():
+        if params.get(name, value) != value:
+            raise ValueError(
+                f"{spelled(name, aliases)} {value} and --loss-param {name}={pairs[name]} "
+                "disagree; give one of them"
+            )
+        params[name] = value
+    check_built(loss, params)
+    return params
+
+
+def check_built(loss: str, params: dict[str, Any]) -> None:
+    """The loss built once with `params` (on a stand-in training set: its own checks of their
+    values, e.g. NNGK's sigma > 0), and its miner known."""
+    from losses import build_loss
+    from miners import MINERS
+
+    if "miner" in params:
+        MINERS.get_class(params["miner"])
+    logging.disable(logging.WARNING)  # e.g. NNGK's k cut to the stand-in's size
+    try:
+        build_loss(loss, params, num_train=1000, num_classes=10, dims=8)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"loss {loss!r} with {params}: {str(err).splitlines()[0]}") from None
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def params_for_each(losses: list[str], pairs: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each loss's share of the --loss-param pairs (`suite`, `tune`): a parameter applies to
+    every loss that takes it; one that none of them takes is a ValueError."""
+    from losses import loss_defaults
+
+    taken = {loss: {n: t for n, t in pairs.items() if n in loss_defaults(loss)} for loss in losses}
+    unused = [name for name in pairs if not any(name in given for given in taken.values())]
+    if unused:
+        raise ValueError(
+            f"no loss of {', '.join(dict.fromkeys(losses))} takes --loss-param {unused[0]}"
+        )
+    return {loss: loss_params(loss, given) for loss, given in taken.items()}

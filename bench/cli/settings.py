@@ -1,0 +1,108 @@
+"""The run settings on the command line: one option per RunConfig field (`--batch-size` for
+`batch_size`), of the field's type and with the field's help, so that a field added to RunConfig
+is an option of `run`. Fields marked `option=False` are not (the commands set them otherwise).
+An option not given is None, so that the preset decides (bench/train/presets.py make_configs),
+except where no preset sets the field (`SETTINGS`' show_default): the field's default."""
+
+from __future__ import annotations
+
+from dataclasses import Field, fields
+from typing import Any, Callable, get_type_hints
+
+import click
+
+from bench.cli.options import NON_NEGATIVE, POSITIVE
+from bench.data.splits import PROTOCOLS, VAL_SPLITS
+from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
+from bench.runs.config import RunConfig
+from bench.train.choices import PRESET_NAMES
+from bench.train.tracking import LOG_KINDS, require
+
+
+def check_log(ctx: click.Context, param: click.Parameter, kind: str | None) -> str | None:
+    """--log's package present, before anything is written; else a one-line error naming the
+    install."""
+    try:
+        require(kind or "none")
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    return kind
+
+
+def check_backbone_name(ctx: click.Context, param: click.Parameter, name: str | None):
+    """--backbone a known one; else a one-line error listing them."""
+    try:
+        if name is not None:
+            check_backbone(name)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
+    return name
+
+
+# The values a setting may take beyond its field's type: click's keyword arguments, and
+# "choices" named in the help of a free-text option; show_default: no preset sets it, so its
+# default is the field's (the others' is None: the preset's). The choices come from modules
+# without torch.
+SETTINGS: dict[str, dict[str, Any]] = {
+    "protocol": dict(type=click.Choice(PROTOCOLS), show_default=True),
+    "backbone": dict(choices=BACKBONES, callback=check_backbone_name),
+    "embedding": dict(type=click.Choice(EMBEDDINGS)),
+    "epochs": dict(type=POSITIVE),
+    "batch_size": dict(type=click.IntRange(min=2)),
+    "m_per_class": dict(type=POSITIVE),
+    "lr": dict(type=NON_NEGATIVE),
+    "momentum": dict(type=click.FloatRange(min=0, max=1)),
+    "weight_decay": dict(type=NON_NEGATIVE),
+    "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
+    "val_split": dict(type=click.Choice(VAL_SPLITS)),
+    "train_per_class": dict(type=POSITIVE),
+    "resize": dict(type=POSITIVE),
+    "crop": dict(type=POSITIVE),
+    "pad": dict(type=click.IntRange(min=0)),
+    "crop_mode": dict(type=click.Choice(("squash", "aspect"))),  # bench.data.crops.CROP_MODES
+    "preset": dict(type=click.Choice(PRESET_NAMES)),
+    "workers": dict(type=click.IntRange(min=0), show_default=True),
+    "log": dict(type=click.Choice(LOG_KINDS), show_default=True, callback=check_log),
+}
+
+
+def run_settings() -> dict[str, Field]:
+    """RunConfig's fields that are options, by name."""
+    return {f.name: f for f in fields(RunConfig) if f.metadata.get("option", True)}
+
+
+def setting_option(name: str) -> Callable:
+    """The option of the run setting `name`."""
+    setting = run_settings()[name]
+    extra = dict(SETTINGS.get(name, {}))
+    text = setting.metadata["help"]
+    if "choices" in extra:
+        text += f" One of {', '.join(extra.pop('choices'))}."
+    default = setting.default if extra.get("show_default") else None
+    flag = "--" + name.replace("_", "-")
+    kind = get_type_hints(RunConfig)[name]
+    if kind is bool:
+        return click.option(flag, is_flag=True, default=default, help=text, **extra)
+    return click.option(flag, type=extra.pop("type", kind), default=default, help=text, **extra)
+
+
+def setting_options(*names: str) -> Callable:
+    """A decorator adding the options of the run settings `names` (none named: all)."""
+
+    def add(command: Callable) -> Callable:
+        for name in reversed(names or tuple(run_settings())):
+            command = setting_option(name)(command)
+        return command
+
+    return add
+
+
+def settings_from(options: dict[str, Any], names: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Take the run settings `names` (none named: all) out of a command's keyword arguments:
+    {field: value, or None where not given}. A flag not given is None too (older click gives
+    False), so that the preset decides."""
+    settings = {name: options.pop(name) for name in names or tuple(run_settings())}
+    return {name: None if value is False else value for name, value in settings.items()}
+
+
+LOG = setting_option("log")

@@ -1,0 +1,76 @@
+"""What a protocol's validation and test add to retrieval, by the names protocols declare
+(`bench.protocols.Protocol.evaluations`): the trainer runs whichever its protocol names.
+
+Each takes the trainer as `run`: its data, `embed_split`, loss and run folder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.evaluation.classification import classification_scores
+from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
+from bench.protocols import CLASSIFIER, VERIFICATION
+from bench.util.atomic import atomic_write_text
+from bench.util.registry import Registry
+
+EVALUATIONS = Registry("evaluation")
+register_evaluation = EVALUATIONS.register
+
+
+class Evaluation:
+    """Metrics beside retrieval's, on an epoch's validation embeddings and on the test's."""
+
+    def validate(self, run: Any, emb: np.ndarray, labels: np.ndarray) -> dict:
+        return {}
+
+    def test(self, run: Any, emb: np.ndarray, labels: np.ndarray, write_tables: bool) -> dict:
+        return {}
+
+
+def evaluations_of(names: tuple[str, ...]) -> list[Evaluation]:
+    return [EVALUATIONS.get_class(name)() for name in names]
+
+
+@register_evaluation(CLASSIFIER)
+class Classifier(Evaluation):
+    """Accuracy and NLL of the loss's classifier over the current training embeddings."""
+
+    def validate(self, run: Any, emb: np.ndarray, labels: np.ndarray) -> dict:
+        return classification_scores(class_probabilities(run, emb), labels)
+
+    def test(self, run: Any, emb: np.ndarray, labels: np.ndarray, write_tables: bool) -> dict:
+        return self.validate(run, emb, labels)
+
+
+def class_probabilities(run: Any, emb: np.ndarray) -> torch.Tensor:
+    train, train_labels = run.embed_split(run.data.train_eval)
+    return run.loss.class_probabilities(
+        torch.from_numpy(emb),
+        torch.from_numpy(train),
+        torch.from_numpy(train_labels),
+        run.data.num_train_classes,
+    )
+
+
+@register_evaluation(VERIFICATION)
+class Verification(Evaluation):
+    """Pair accuracy at the threshold chosen on the validation pairs; on test, seen and unseen
+    verification at the validation threshold, its tables (pairs, precision-recall curves,
+    categories) written into the run folder."""
+
+    def validate(self, run: Any, emb: np.ndarray, labels: np.ndarray) -> dict:
+        scores, _, _ = pair_scores(emb, labels, validation_threshold(emb, labels))
+        return {"pair_accuracy": scores["accuracy"]}
+
+    def test(self, run: Any, emb: np.ndarray, labels: np.ndarray, write_tables: bool) -> dict:
+        val_emb, val_labels = run.embed_split(run.data.val)
+        splits = {"seen": (emb, labels), "unseen": run.embed_split(run.data.unseen)}
+        scores, tables = pair_report(
+            splits, validation_threshold(val_emb, val_labels), run.data.class_names
+        )
+        for name, table in tables.items() if write_tables else ():
+            atomic_write_text(run.run_dir / f"{name}.csv", table.to_csv(index=False))
+        return scores

@@ -1,0 +1,302 @@
+"""The command line's options, each declared once: the run settings from RunConfig's fields,
+--loss-param and its short spellings, --seed in every command, `run --config`; and the run ids
+of the commands' runs pinned, so that a change of the command line renames no run. In process,
+nothing trained: `run_all` records the runs a command would train."""
+
+import json
+import os
+from dataclasses import fields, replace
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from bench.cli import main
+from bench.cli.params import name_values, parsed
+from bench.cli.run import run
+from bench.cli.settings import run_settings
+from bench.cli.suite import suite
+from bench.cli.tune import tune
+from bench.runs.config import RunConfig
+from bench.train.loaders import with_data_identity
+from bench.train.presets import make_configs
+from tests.fixtures.folder import make_folder
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """The configs a command would train (none is trained)."""
+    configs = []
+    monkeypatch.setattr("bench.cli.training.run_all", lambda found, *_: configs.extend(found))
+    return configs
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def plan(planned, *args) -> list[RunConfig]:
+    planned.clear()
+    out = invoke(*args)
+    assert out.exit_code == 0, out.output
+    return list(planned)
+
+
+def one_line_error(out, message: str) -> None:
+    lines = out.output.strip().splitlines()
+    assert out.exit_code != 0 and len(lines) == 1 and message in lines[0], out.output
+
+
+# The run ids of each command line, computed before the options were built from RunConfig's
+# fields (issue 23): they must never change.
+PINNED = {
+    "run --dataset glyphs --dims 64": "glyphs-nngk-d64-s0-f6313792",
+    "run --dataset digits --loss triplet --miner all --dims 8 --seed 1": (
+        "digits-triplet-all-d8-s1-4e66e44e"
+    ),
+    "run --dataset cub --protocol classify --loss nngk": "cub-classify-nngk-d4096-s0-9cbc48b3",
+    "run --dataset digits --loss nngk --sigma 2 --k 50 --update-interval 3 --fixed-weights "
+    "--dims 16": "digits-nngk-d16-s0-25f2e2aa",
+    "run --dataset digits --loss nngk --index exact --nprobe 4 --dims 16": (
+        "digits-nngk-d16-s0-a95c3564"
+    ),
+    "run --dataset digits --loss triplet --margin 0.1 --miner easy-positive --dims 8": (
+        "digits-triplet-easy-positive-d8-s0-e8931f6c"
+    ),
+    "run --dataset digits --loss triplet --triplet-form nca --miner all --dims 8": (
+        "digits-triplet-nca-all-d8-s0-65ea57a5"
+    ),
+    "run --dataset glyphs --preset seed003 --loss npair --embedding gap": (
+        "glyphs-npair-d64-s0-91bbe57e"
+    ),
+    "run --dataset digits --epochs 3 --batch-size 32 --m-per-class 8 --lr 0.1 --weight-decay 0 "
+    "--train-per-class 5 --val-split classes --val-fraction 0.3 --freeze-backbone --workers 2 "
+    "--dims 8": "digits-nngk-d8-s0-e260cb48",
+    "run --dataset cars196 --backbone resnet18 --pretrained none --resize 128 --crop 112 "
+    "--crop-mode aspect --dims 32": "cars196-nngk-d32-s0-e7283e0b",
+}
+SUITE_DIGITS = [
+    "digits-contrastive-d8-s0-26aa6135",
+    "digits-lifted-d8-s0-39d89645",
+    "digits-nca-d8-s0-d1e80fa2",
+    "digits-nngk-d8-s0-fa9d7bd5",
+    "digits-npair-d8-s0-ec327290",
+    "digits-softmax-d8-s0-de4b116d",
+    "digits-triplet-all-d8-s0-3f6fe761",
+    "digits-triplet-easy-positive-d8-s0-09b01bfd",
+    "digits-triplet-semihard-d8-s0-923d0147",
+]
+
+
+@pytest.mark.parametrize("command", sorted(PINNED))
+def test_the_run_ids_of_a_command_line_never_change(planned, command):
+    assert [c.run_id() for c in plan(planned, *command.split())] == [PINNED[command]]
+
+
+def test_the_run_ids_of_the_suite_never_change(planned):
+    configs = plan(planned, *"suite --dataset digits --dims 8 --seed 0".split())
+    assert sorted(c.run_id() for c in configs) == SUITE_DIGITS
+
+
+def test_every_run_setting_is_an_option_of_run_with_its_fields_help_and_type():
+    options = {p.name: p for p in run.params}
+    hidden = {f.name for f in fields(RunConfig)} - set(run_settings())
+    assert hidden == {
+        "dataset", "loss", "loss_params", "dims", "seed", "data_location", "data_fingerprint",
+        "tuned",
+    }  # fmt: skip
+    for name, setting in run_settings().items():
+        option = options[name]
+        assert option.opts == ["--" + name.replace("_", "-")]
+        assert option.help.startswith(setting.metadata["help"])
+        kind = {int: click.INT, float: click.FLOAT, str: click.STRING}
+        if isinstance(setting.default, bool):
+            assert option.is_flag
+        elif not isinstance(option.type, (click.Choice, click.IntRange, click.FloatRange)):
+            assert option.type == kind[type(setting.default)], name
+    assert not {"data_location", "tuned", "loss_params"} & set(options)
+    assert options["crop_mode"].type.choices == ("squash", "aspect")
+    assert "One of small_cnn, small_cnn_gn" in options["backbone"].help
+
+
+def test_an_option_not_given_leaves_the_setting_to_the_preset(planned):
+    (nngk,) = plan(planned, "run", "--dataset", "digits", "--dims", "8")
+    assert (nngk.lr, nngk.epochs, nngk.m_per_class, nngk.loss_params["sigma"]) == (1e-3, 10, 16, 1)
+    (npair,) = plan(planned, "run", "--dataset", "glyphs", "--loss", "npair", "--dims", "8")
+    assert (npair.m_per_class, npair.lr) == (2, 1e-3)  # the loss's batch, the preset's lr
+    (given,) = plan(planned, "run", "--dataset", "digits", "--dims", "8", "--momentum", "0.5")
+    assert given.momentum == 0.5 and given.lr == 1e-3  # a field added: its option
+
+
+@pytest.mark.parametrize(
+    "name, text, default, value",
+    [
+        ("sigma", "1", 10.0, 1.0),
+        ("k", "50", 100, 50),
+        ("learn_weights", "false", True, False),
+        ("learn_weights", "1", True, True),
+        ("learn_weights", "TRUE", True, True),
+        ("index", "exact", "auto", "exact"),
+    ],
+)
+def test_a_loss_parameter_is_read_as_its_defaults_type(name, text, default, value):
+    assert parsed(name, text, default) == value
+    assert type(parsed(name, text, default)) is type(value)
+
+
+@pytest.mark.parametrize(
+    "text, default, message",
+    [
+        ("x", 1.0, "bad --loss-param p=x; expected a number"),
+        ("1.5", 100, "bad --loss-param p=1.5; expected an integer"),
+        ("yes", True, "bad --loss-param p=yes; expected true or false"),
+    ],
+)
+def test_a_loss_parameter_of_the_wrong_type_is_refused(text, default, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        parsed("p", text, default)
+
+
+def test_loss_param_pairs():
+    assert name_values(("sigma=1", "update-interval=3", "sigma=1")) == {
+        "sigma": "1", "update_interval": "3"
+    }  # fmt: skip
+    for bad, message in [("sigma", "expected NAME=VALUE"), ("=1", "expected NAME=VALUE")]:
+        with pytest.raises(ValueError, match=message):
+            name_values((bad,))
+    with pytest.raises(ValueError, match="--loss-param k is given twice: 1 and 2"):
+        name_values(("k=1", "k=2"))
+
+
+def test_loss_param_and_its_short_spellings_give_the_same_run(planned):
+    short = "--sigma 2 --k 50 --update-interval 3 --fixed-weights"
+    long = "--loss-param sigma=2 --loss-param k=50 --loss-param update_interval=3 "
+    long += "--loss-param learn_weights=false"
+    base = ["run", "--dataset", "digits", "--dims", "16"]
+    (by_short,) = plan(planned, *base, *short.split())
+    (by_long,) = plan(planned, *base, *long.split())
+    assert by_long == by_short and by_long.run_id() == "digits-nngk-d16-s0-25f2e2aa"
+    (both,) = plan(planned, *base, "--sigma", "2", "--loss-param", "sigma=2.0")
+    assert both.loss_params["sigma"] == 2.0
+    args = ["--dataset", "digits", "--loss", "triplet", "--loss-param", "miner=all", "--dims", "8"]
+    (triplet,) = plan(planned, "run", *args, "--loss-param", "margin=0.1")
+    assert triplet.loss_params == {"miner": "all", "margin": 0.1}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            "--loss triplet --loss-param sigma=1",
+            "loss 'triplet' does not take --loss-param sigma; it takes: margin=0.2, miner=semihard",
+        ),
+        ("--loss softmax --sigma 3", "loss 'softmax' does not take --sigma; it takes: no param"),
+        ("--loss nngk --loss-param k=many", "bad --loss-param k=many; expected an integer"),
+        ("--loss triplet --loss-param miner=hardest", "unknown miner 'hardest'; expected one of"),
+        ("--loss nngk --loss-param sigma=0", "NNGK needs sigma > 0"),
+        ("--loss nngk --loss-param index=annoy", "NNGK index is one of"),
+        ("--loss nngk --loss-param sigma", "bad --loss-param 'sigma'; expected NAME=VALUE"),
+        (
+            "--loss nngk --sigma 2 --loss-param sigma=3",
+            "--sigma 2.0 and --loss-param sigma=3 disagree; give one of them",
+        ),
+        (
+            "--loss nngk --fixed-weights --loss-param learn_weights=true",
+            "--fixed-weights False and --loss-param learn_weights=true disagree",
+        ),
+    ],
+)
+def test_a_bad_loss_parameter_is_a_one_line_error_and_writes_nothing(args, message, tmp_path):
+    out = invoke("run", *args.split(), "--dataset", "digits", "--results", tmp_path)
+    one_line_error(out, message)
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_suite_gives_a_loss_parameter_to_every_loss_that_takes_it(planned):
+    base = ["suite", "--dataset", "digits", "--dims", "8", "--seed", "0"]
+    configs = plan(planned, *base, "--loss-param", "margin=0.1", "--loss-param", "sigma=2")
+    margins = {c.loss_params.get("miner"): c.loss_params["margin"] for c in configs
+               if c.loss == "triplet"}  # fmt: skip
+    assert margins == {"semihard": 0.1, "easy-positive": 0.1, "all": 0.1}
+    assert [c.loss_params["sigma"] for c in configs if c.loss == "nngk"] == [2.0]
+    others = [c for c in configs if c.loss not in ("triplet", "nngk")]
+    assert len(others) == 5 and not any("margin" in c.loss_params for c in others)
+    one_line_error(invoke(*base, "--loss-param", "temperature=1"), "no loss of nngk, softmax")
+    one_line_error(invoke(*base, "--loss-param", "miner=all"), "the suite sets it itself")
+
+
+def test_seed_is_one_option_in_every_command_with_the_old_spelling_kept():
+    for command, default in ((run, "0"), (suite, "0,1,2"), (tune, "0,1,2")):
+        (seed,) = [p for p in command.params if "--seed" in p.opts]
+        assert seed.opts == ["--seed", "--seeds"] and seed.default == default
+
+
+def test_tune_takes_seed_and_loss_param_and_refuses_a_parameter_no_loss_takes(tmp_path):
+    args = ["tune", "--loss", "contrastive,nngk", "--dataset", "digits", "--results", tmp_path]
+    one_line_error(invoke(*args, "--seed", "-1"), "bad --seed '-1'; expected comma-separated")
+    one_line_error(invoke(*args, "--seeds", "x"), "bad --seed 'x'")
+    one_line_error(invoke(*args, "--loss-param", "margin=1"), "no loss of contrastive, nngk takes ")
+    assert not any(tmp_path.iterdir())
+
+
+def test_tune_holds_a_loss_parameter_fixed_for_the_losses_that_take_it(tmp_path, monkeypatch):
+    import bench.tune.study
+
+    setups = []
+
+    def tune_loss(setup, *_):
+        setups.append(setup)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(bench.tune.study, "tune_loss", tune_loss)
+    args = ["tune", "--loss", "contrastive,triplet", "--dataset", "digits", "--results", tmp_path]
+    one_line_error(invoke(*args, "--loss-param", "miner=all"), "stopped here")
+    assert setups[0].fixed == {"triplet": {"miner": "all"}}
+
+
+def test_a_tuned_loss_parameter_is_held_fixed_and_names_its_study():
+    from bench.tune.study import TuneSetup, trial_configs
+
+    assert TuneSetup("digits", 8, 2, 1).study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0"
+    fixed = TuneSetup("digits", 8, 2, 1, fixed={"nngk": {"k": 50}})
+    assert fixed.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-k-50"
+    assert fixed.study_name("contrastive") == "digits-contrastive-d8-t2-e1-f1-s0"
+    assert set(fixed.space("nngk")) == {"lr", "weight_decay", "sigma"}  # k no longer searched
+    (cfg,) = trial_configs(fixed, "nngk", {"lr": 0.01, "weight_decay": 1e-4, "sigma": 3.0})
+    assert cfg.loss_params == {"sigma": 3.0, "k": 50, "update_interval": 1}
+
+
+def write_record(folder, cfg: RunConfig) -> None:
+    """A config.json as the trainer writes it (bench/train/trainer.py config_record)."""
+    record = {**cfg.to_dict(), "run_id": cfg.run_id(), "resolved_loss_params": {}, "device": ""}
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({**record, "versions": {"torch": "x"}}))
+
+
+def test_run_config_reruns_a_run_under_its_id(planned, tmp_path):
+    data = make_folder(tmp_path, classes=4, per_class=6)
+    (cfg,) = make_configs(f"folder:{data}", "nngk", (8,), {"k": 5}, backbone="small_cnn",
+                          pretrained="none", resize=32, crop=28, workers=1)  # fmt: skip
+    (cfg,) = with_data_identity([replace(cfg, tuned="a-study", preset="tuned")])
+    assert cfg.data_fingerprint
+    write_record(tmp_path / "run", cfg)
+    (again,) = plan(planned, "run", "--config", tmp_path / "run" / "config.json")
+    assert again == cfg and again.run_id() == cfg.run_id()
+    (logged,) = plan(planned, "run", "--config", tmp_path / "run", "--log", "none", "--workers", 0)
+    assert logged.workers == 0 and logged.run_id() == cfg.run_id()
+    one_line_error(
+        invoke("run", "--config", tmp_path / "run", "--epochs", "3"),
+        "--config reruns the run as it recorded itself; --epochs would change it",
+    )
+    one_line_error(invoke("run", "--config", tmp_path / "run", "--loss", "nngk"), "--loss would")
+    image = next(data.glob("*/*.jpg"))
+    os.utime(image, (1, 1))  # the data changed since: no longer the same run
+    one_line_error(invoke("run", "--config", tmp_path / "run"), "its data changed or moved since")
+
+
+def test_run_config_refuses_what_is_not_a_runs_record(tmp_path):
+    (tmp_path / "bad.json").write_text("{")
+    one_line_error(invoke("run", "--config", tmp_path / "bad.json"), "not a run's config.json")
+    one_line_error(invoke("run", "--config", tmp_path / "none.json"), "does not exist")
+    (tmp_path / "linear.json").write_text(json.dumps({"loss": "nml", "protocol": "linear"}))
+    one_line_error(invoke("run", "--config", tmp_path / "linear.json"), "`nngk-bench linear`")
