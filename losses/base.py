@@ -24,7 +24,9 @@ class BenchLoss(nn.Module):
       L2-normalised too;
     - `refresh_interval`: when not None, `refresh` is called with the embeddings of the whole
       training set (eval mode) before training and every `refresh_interval` epochs;
-    - parameters of the module (weights, a classifier) are optimised with the network.
+    - parameters of the module (weights, a classifier, proxies) are optimised with the
+      network, at `lr_multiplier` times its learning rate (in an optimizer group of their own
+      when that is not 1; `sources["lr_multiplier"]` says where the value comes from).
     """
 
     # Where each default parameter value comes from: a source document, PML, or "chosen here".
@@ -37,6 +39,7 @@ class BenchLoss(nn.Module):
     needs_indices: ClassVar[bool] = False
     normalize_embeddings: ClassVar[bool] = False
     refresh_interval: int | None = None
+    lr_multiplier: ClassVar[float] = 1.0
 
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Update state that depends on the embeddings of the whole training set."""

@@ -100,7 +100,7 @@ PINNED_IDS = {
         tuned="digits-contrastive-d8-t8-e3-f1-s0",
     ),
     "glyphs-triplet-nca-semihard-d64-s0-3f9e549a": lambda: make_configs(
-        "glyphs", "triplet-nca", None, {"miner": "semihard"}, preset="seed003", embedding="gap"
+        "glyphs", "triplet-nca", None, {"miner": "semihard"}, preset="liu2019", embedding="gap"
     )[0],
     "tinyimagenet-pairs-contrastive-d96-s0-e737f918": lambda: make_configs(
         "tinyimagenet", "contrastive", None, {}, protocol="pairs"

@@ -66,6 +66,9 @@ PINNED = {
     "run --dataset digits --loss triplet --triplet-form nca --miner all --dims 8": (
         "digits-triplet-nca-all-d8-s0-65ea57a5"
     ),
+    "run --dataset glyphs --preset liu2019 --loss npair --embedding gap": (
+        "glyphs-npair-d64-s0-91bbe57e"
+    ),
     "run --dataset glyphs --preset seed003 --loss npair --embedding gap": (
         "glyphs-npair-d64-s0-91bbe57e"
     ),

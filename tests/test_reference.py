@@ -63,7 +63,7 @@ def test_harness_names(ref):
     assert set(ref["backbone"]) - {""} <= set(names)
 
 
-def test_seed000_tables_1_and_2(ref):
+def test_meyer2018_tables_1_and_2(ref):
     t1 = ref[(ref["source"] == S000) & (ref["table"] == "Table 1")]
     assert len(t1) == 11 * 5
     assert t1.groupby(["method", "dims"]).size().eq(5).all()
@@ -83,7 +83,7 @@ def test_seed000_tables_1_and_2(ref):
     assert set(ours["loss"]) == {"nngk"}
 
 
-def test_seed000_classification_tables(ref):
+def test_meyer2018_classification_tables(ref):
     s0 = ref[ref["source"] == S000]
     t3 = dict(table="Table 3", dataset="cub", metric="accuracy")
     assert one(s0, **t3, backbone="vgg16", method="Softmax") == 0.7537
@@ -104,7 +104,7 @@ def test_seed000_classification_tables(ref):
     assert one(t5, setting=no_weights) == 0.7794
 
 
-def test_seed003(ref):
+def test_liu2019(ref):
     s3 = ref[ref["source"] == S003]
     assert len(s3) == 2 * 4 * 4
     assert set(s3["metric"]) == {"recall@1"}
@@ -121,7 +121,7 @@ def test_seed003(ref):
     assert set(s3.loc[s3["method"] == "EPSHN", "miner"]) == {"easy-positive"}
 
 
-def test_seed004(ref):
+def test_pair_verification_report(ref):
     s4 = ref[ref["source"] == S004]
     head = s4[s4["table"] == "Section 5"]
     assert one(head, setting="seen", metric="accuracy") == 0.907
@@ -175,7 +175,7 @@ def _seeds_dir() -> Path | None:
     return None
 
 
-@pytest.mark.skipif(_seeds_dir() is None, reason="the seed documents are not at hand")
+@pytest.mark.skipif(_seeds_dir() is None, reason="the source papers' texts are not at hand")
 def test_every_value_is_printed_in_its_source(ref):
     """Each value x100 is a number printed in its source; table rows of Meyer et al. 2018 and Liu et
     al. 2019 read back as the very lines of their tables."""

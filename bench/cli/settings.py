@@ -14,9 +14,19 @@ import click
 from bench.cli.options import NON_NEGATIVE, POSITIVE
 from bench.data.splits import PROTOCOLS, VAL_SPLITS
 from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
-from bench.runs.config import RunConfig
-from bench.train.choices import PRESET_NAMES
+from bench.runs.config import RunConfig, canonical_preset
+from bench.train.choices import OPTIMIZER_NAMES, PRESET_NAMES
 from bench.train.tracking import LOG_KINDS, require
+
+
+class PresetChoice(click.Choice):
+    """A paper preset's name; an earlier name of it (`seed003`) is read as today's."""
+
+    def __init__(self) -> None:
+        super().__init__(PRESET_NAMES)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(canonical_preset(value), param, ctx)
 
 
 def check_log(ctx: click.Context, param: click.Parameter, kind: str | None) -> str | None:
@@ -52,6 +62,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "m_per_class": dict(type=POSITIVE),
     "lr": dict(type=NON_NEGATIVE),
     "momentum": dict(type=click.FloatRange(min=0, max=1)),
+    "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES), show_default=True),
     "weight_decay": dict(type=NON_NEGATIVE),
     "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
     "val_split": dict(type=click.Choice(VAL_SPLITS)),
@@ -60,7 +71,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "crop": dict(type=POSITIVE),
     "pad": dict(type=click.IntRange(min=0)),
     "crop_mode": dict(type=click.Choice(("squash", "aspect"))),  # bench.data.crops.CROP_MODES
-    "preset": dict(type=click.Choice(PRESET_NAMES)),
+    "preset": dict(type=PresetChoice()),
     "workers": dict(type=click.IntRange(min=0), show_default=True),
     "log": dict(type=click.Choice(LOG_KINDS), show_default=True, callback=check_log),
 }

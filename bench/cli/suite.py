@@ -7,8 +7,7 @@ import click
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
 from bench.cli.options import DEVICE, FORCE, RESULTS, dims_option, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
-from bench.cli.settings import setting_options, settings_from
-from bench.train.choices import PRESET_NAMES
+from bench.cli.settings import PresetChoice, setting_options, settings_from
 
 # The seven core losses, triplet with each miner: the suite that CI and reports/ run.
 SUITE = (
@@ -26,7 +25,7 @@ SUITE = (
 
 # Liu et al. 2019's selection strategies (NCA-form triplets; N-pair), each with FC and GAP
 # embeddings.
-SEED003_SUITE = (
+LIU2019_SUITE = (
     ("triplet-nca", {"miner": "all"}),
     ("triplet-nca", {"miner": "semihard"}),
     ("triplet-nca", {"miner": "easy-positive"}),
@@ -40,6 +39,7 @@ SUITE_SETTINGS = (
     "epochs",
     "batch_size",
     "m_per_class",
+    "optimizer",
     "lr",
     "weight_decay",
     "val_split",
@@ -57,13 +57,13 @@ SUITE_SETTINGS = (
     show_default=True,
     help="A built-in set: glyphs (or glyphs:classes=N,...) or digits.",
 )
-@dims_option("Default: 64,512 (seed003: 64, GAP its own size).")
+@dims_option("Default: 64,512 (liu2019: 64, GAP its own size).")
 @seed_option("0,1,2")
 @click.option(
     "--preset",
-    type=click.Choice(PRESET_NAMES),
+    type=PresetChoice(),
     default=None,
-    help="seed003: Liu et al. 2019's four selection strategies with FC and GAP embeddings "
+    help="liu2019: Liu et al. 2019's four selection strategies with FC and GAP embeddings "
     "(Table 1).",
 )
 @click.option(
@@ -83,7 +83,7 @@ SUITE_SETTINGS = (
 @dispatch_options
 def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, device, **options):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
-    reports/. With --preset seed003, Liu et al. 2019's strategies with FC and GAP embeddings
+    reports/. With --preset liu2019, Liu et al. 2019's strategies with FC and GAP embeddings
     instead."""
     from bench.data.datasets import check_dataset
     from bench.data.glyphs import is_glyphs
@@ -95,7 +95,7 @@ def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, de
         raise click.ClickException(f"suite runs on glyphs or digits; got {dataset!r}")
     if preset:
         # A GAP embedding has its layer's size: --dims applies to the FC runs only.
-        plan = [(loss, p, emb) for loss, p in SEED003_SUITE for emb in ("fc", "gap")]
+        plan = [(loss, p, emb) for loss, p in LIU2019_SUITE for emb in ("fc", "gap")]
     else:
         plan = [(loss, p, None) for loss, p in SUITE]
         dims = dims or (64, 512)

@@ -15,7 +15,7 @@ from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
-from bench.runs.config import RunConfig, untrained_label
+from bench.runs.config import RunConfig, canonical_preset, untrained_label
 from bench.util.names import safe_name
 
 BASELINE_LOSS = "untrained"
@@ -99,7 +99,8 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         base = data_name(metrics)
         base = f"{base}-{split}" if shown_protocol(split) else base
         table = base if protocol == split else f"{base}-{protocol}"
-        preset = metrics.get("preset") or ""  # a paper's settings make a table of their own
+        # A paper's settings make a table of their own, under the preset's name of today.
+        preset = canonical_preset(metrics.get("preset") or "")
         table = f"{table}-{preset}" if preset else table
         rows.append({**run_record(run_dir, metrics), "table": table, "base_table": base})
     df = with_baselines(pd.DataFrame(rows))

@@ -19,6 +19,16 @@ from bench.util.names import safe_name
 # Where the data lies, how it is loaded, which preset gave the defaults and where the run is
 # logged do not change what a run computes.
 NOT_HASHED = ("data_root", "workers", "preset", "log")
+# A preset's earlier names, still accepted and read from older runs' records (`seed003` until
+# issue 23); presets leave run ids alone (NOT_HASHED), so a renamed one keeps its runs.
+PRESET_ALIASES = {"seed003": "liu2019"}
+
+
+def canonical_preset(name: str) -> str:
+    """A preset's name for an earlier name of it; any other name as it is ("" for none)."""
+    return PRESET_ALIASES.get(name, name)
+
+
 # Options added after runs were made: hashed only where they differ from these defaults, so that
 # adding one keeps the names (and so the skip and resume) of every earlier run.
 HASHED_IF_SET = {
@@ -27,6 +37,7 @@ HASHED_IF_SET = {
     "data_fingerprint": "",
     "tuned": "",
     "crop_mode": "squash",
+    "optimizer": "sgd",
 }
 # Set from the data before a run starts (bench.data.identity), never read from a record.
 DATA_IDENTITY = ("data_location", "data_fingerprint")
@@ -69,9 +80,14 @@ class RunConfig:
         "Examples of each class in a class-balanced batch (default: what the loss declares, "
         "else the preset's).",
     )
-    lr: float = setting(0.01, "SGD learning rate." + PRESET_DEFAULT)
-    momentum: float = setting(0.9, "SGD momentum.")
-    weight_decay: float = setting(5e-4, "SGD weight decay." + PRESET_DEFAULT)
+    optimizer: str = setting(
+        "sgd",
+        "sgd (with momentum, as the source papers), adam, adamw (the proxy losses' papers) or "
+        "rmsprop (Musgrave et al. 2020).",
+    )
+    lr: float = setting(0.01, "The network's learning rate." + PRESET_DEFAULT)
+    momentum: float = setting(0.9, "Momentum of sgd and rmsprop.")
+    weight_decay: float = setting(5e-4, "Weight decay (adamw: decoupled)." + PRESET_DEFAULT)
     val_fraction: float = setting(
         0.2,
         "Share of the training images (or classes, --val-split classes) held out to choose "
@@ -96,7 +112,7 @@ class RunConfig:
     )
     seed: int = setting(0, "The run's seed (run --seed).", option=False)
     preset: str = setting(
-        "", "A paper's settings in place of the protocol's preset (seed003: Liu et al. 2019)."
+        "", "A paper's settings in place of the protocol's preset (liu2019: Liu et al. 2019)."
     )
     data_root: str = setting("", "Folder holding the data sets (default: $NNGK_DATA, else ~/data).")
     data_location: str = setting("", "The data's resolved folder or file.", option=False)

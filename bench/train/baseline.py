@@ -17,6 +17,7 @@ from bench.models.embedding import build_model
 from bench.runs import store
 from bench.runs.config import RunConfig, untrained_label
 from bench.train.loaders import input_size, load_data
+from bench.train.optimizers import optimizer_text
 from bench.util.atomic import atomic_save_npz, atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
@@ -41,7 +42,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "preset": cfg.preset,
         "epochs": cfg.epochs,
         "batch_size": cfg.batch_size,
-        "optimizer": f"SGD (momentum {cfg.momentum:g}, weight decay {cfg.weight_decay:g})",
+        "optimizer": optimizer_text(cfg),
         "lr": cfg.lr,
         "data_location": cfg.data_location,
         "data_fingerprint": cfg.data_fingerprint,

@@ -10,7 +10,7 @@ from bench.data.glyphs import is_glyphs
 from bench.data.names import FEATURES_PREFIX
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, canonical_preset
 from losses import get_loss_class, loss_names
 
 
@@ -155,7 +155,7 @@ FEATURES = Preset(
 # learning rate, weight decay or epochs: SGD lr 1e-3 for fine-tuning a pretrained ResNet at batch
 # 128, Meyer et al. 2018's weight decay, 30 epochs. Its losses are triplet-nca (with the all,
 # semihard and easy-positive miners) and npair; `--embedding gap` takes the 512-d GAP layer.
-SEED003 = Preset(
+LIU2019 = Preset(
     dims=(64,),
     config=dict(
         backbone="resnet18",
@@ -173,9 +173,9 @@ SEED003 = Preset(
 # On the built-in sets (digits, glyphs): their own preset with Liu et al. 2019's embedding size and
 # batch; the one-pixel shift of the digits' training images is their padded random crop.
 # small_cnn's GAP layer has 64 dims, so FC and GAP embeddings compare at the same size.
-SEED003_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
-SEED003_GLYPHS = replace(GLYPHS, dims=(64,), config={**GLYPHS.config, "batch_size": 128})
-PRESETS = {"seed003": (SEED003, {"digits": SEED003_DIGITS, "glyphs": SEED003_GLYPHS})}
+LIU2019_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
+LIU2019_GLYPHS = replace(GLYPHS, dims=(64,), config={**GLYPHS.config, "batch_size": 128})
+PRESETS = {"liu2019": (LIU2019, {"digits": LIU2019_DIGITS, "glyphs": LIU2019_GLYPHS})}
 # The protocols' presets on image data sets, by the name a protocol declares (Protocol.preset),
 # with the data sets that differ (classify: their validation share).
 PROTOCOL_PRESETS = {
@@ -195,6 +195,7 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
     """The preset of a protocol for a data set (digits has its own under every protocol), or
     a named paper's preset (`PRESETS`) in place of the protocol's."""
     if preset:
+        preset = canonical_preset(preset)
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; expected one of: {', '.join(PRESETS)}")
         images, small = PRESETS[preset]
@@ -254,6 +255,7 @@ def make_configs(
     A preset's loss parameter may be a function of the embedding size and the config (NNGK's
     paper sigma, which applies to the paper's network only). A GAP
     embedding without explicit sizes takes the size of the backbone's GAP layer."""
+    preset = canonical_preset(preset)
     chosen = preset_for(protocol, dataset, preset)
     settings = {**chosen.config, **batch_settings(loss), **chosen.loss_config.get(loss, {})}
     base = RunConfig(dataset=dataset, protocol=protocol, loss=loss, preset=preset, **settings)

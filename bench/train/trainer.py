@@ -45,6 +45,7 @@ from bench.train.loaders import (
     sampler_text,
     train_loader,
 )
+from bench.train.optimizers import make_optimizer, optimizer_text
 from bench.train.preflight import check_run
 from bench.train.tracking import RunLog, open_run_log
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
@@ -96,15 +97,10 @@ class Trainer:
         if cfg.freeze_backbone:
             self.model.backbone.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.device, self.ranks)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        params += [p for p in self.loss.parameters() if p.requires_grad]
-        # Nothing to learn (frozen backbone as the embedding, fixed NNGK weights): evaluation only.
-        self.optimizer = torch.optim.SGD(
-            params or [torch.zeros(1, requires_grad=True)],
-            lr=cfg.lr,
-            momentum=cfg.momentum,
-            weight_decay=cfg.weight_decay,
-        )
+        self.optimizer = make_optimizer(cfg, self.model, self.loss)
+
+    def optimizer_text(self) -> str:
+        return optimizer_text(self.cfg, self.loss.lr_multiplier)
 
     def config_record(self) -> dict:
         params = {**loss_defaults(self.cfg.loss), **self.cfg.loss_params}
@@ -305,7 +301,9 @@ class Trainer:
 
     def finish_validation(self, progress: dict) -> dict:
         """A tuning trial's metrics.json: its best validation score and its settings."""
-        summary = run_summary(self.cfg, best_epoch=progress["best"]["epoch"])
+        summary = run_summary(
+            self.cfg, best_epoch=progress["best"]["epoch"], optimizer=self.optimizer_text()
+        )
         return self.write_metrics(progress, summary)
 
     def write_metrics(self, progress: dict, metrics: dict) -> dict:
@@ -342,6 +340,7 @@ class Trainer:
             run_summary(
                 self.cfg,
                 best_epoch=best["epoch"],
+                optimizer=self.optimizer_text(),
                 untrained_network=progress["untrained_network"],
                 loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
                 input_size=input_size(self.data),

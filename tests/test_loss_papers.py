@@ -1,6 +1,7 @@
-"""The losses of seeds 003 and 004 against hand-written references on a small batch.
+"""The losses of Liu et al. 2019 and of the Tiny ImageNet pair-verification report against
+hand-written references on a small batch.
 
-triplet-nca (Liu et al. 2019: NCA-form triplet loss), bce-pair (report Eq. 2-3),
+triplet-nca (Liu et al. 2019: NCA-form triplet loss), bce-pair (the report's Eq. 2-3),
 contrastive-squared (Eq. 4) and contrastive-centroid (Eq. 4 with Algorithm 1's negatives). The
 references are plain loops over triplets or pairs on 0-d float64 tensors, so that autograd gives
 reference gradients. The pair losses draw their pairs at random; the references get the same

@@ -1,0 +1,62 @@
+"""The optimizer a run trains with (`--optimizer`), over two parameter groups: the network's at
+the run's learning rate, and the loss's own parameters (proxies, class weights, NNGK's centre
+weights) at the loss's declared `lr_multiplier` times it, as their papers train them.
+
+A loss whose multiplier is 1 keeps one group, so that the checkpoints of earlier runs resume."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bench.runs.config import RunConfig
+from bench.train.choices import OPTIMIZER_NAMES
+
+LABELS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
+assert set(LABELS) == set(OPTIMIZER_NAMES)
+
+
+def optimizer_class(cfg: RunConfig) -> tuple[type[torch.optim.Optimizer], dict]:
+    """torch's optimizer for `cfg.optimizer` and its arguments besides the parameters: momentum
+    where the optimizer has one (SGD, RMSprop); AdamW's weight decay is decoupled (its own)."""
+    common = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    if cfg.optimizer == "sgd":
+        return torch.optim.SGD, {**common, "momentum": cfg.momentum}
+    if cfg.optimizer == "rmsprop":
+        return torch.optim.RMSprop, {**common, "momentum": cfg.momentum}
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam, common
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW, common
+    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of: {OPTIMIZER_NAMES}")
+
+
+def parameter_groups(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> list[dict]:
+    """The trainable parameters: the network's, then the loss's at its multiplier of the
+    learning rate (one group with the network's where the multiplier is 1)."""
+    network = [p for p in model.parameters() if p.requires_grad]
+    own = [p for p in loss.parameters() if p.requires_grad]
+    multiplier = getattr(loss, "lr_multiplier", 1.0)
+    if multiplier == 1 or not own:
+        return [{"params": network + own}]
+    groups = [{"params": network}] if network else []
+    return [*groups, {"params": own, "lr": cfg.lr * multiplier}]
+
+
+def make_optimizer(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> torch.optim.Optimizer:
+    """The run's optimizer; with nothing to learn (a frozen backbone as the embedding, fixed NNGK
+    weights) one over a placeholder, so that training runs and evaluates."""
+    cls, kwargs = optimizer_class(cfg)
+    groups = [g for g in parameter_groups(cfg, model, loss) if g["params"]]
+    return cls(groups or [torch.zeros(1, requires_grad=True)], **kwargs)
+
+
+def optimizer_text(cfg: RunConfig, multiplier: float = 1.0) -> str:
+    """The optimizer as the report's setup states it: 'SGD (momentum 0.9, weight decay 0.0005)',
+    'AdamW (weight decay 0.0001; the loss's parameters at 100x the lr)'."""
+    parts = [f"momentum {cfg.momentum:g}"] if cfg.optimizer in ("sgd", "rmsprop") else []
+    parts.append(f"weight decay {cfg.weight_decay:g}")
+    text = ", ".join(parts)
+    if multiplier != 1:
+        text += f"; the loss's parameters at {multiplier:g}x the lr"
+    return f"{LABELS[cfg.optimizer]} ({text})"
