@@ -26,7 +26,9 @@ class BenchLoss(nn.Module):
       training set (eval mode) before training and every `refresh_interval` epochs;
     - parameters of the module (weights, a classifier, proxies) are optimised with the
       network, at `lr_multiplier` times its learning rate (in an optimizer group of their own
-      when that is not 1; `sources["lr_multiplier"]` says where the value comes from).
+      when that is not 1; `sources["lr_multiplier"]` says where the value comes from);
+    - `memory_ok`: a PML pair or triplet loss that takes a cross-batch memory (`--memory N`,
+      losses/memory.py).
     """
 
     # Where each default parameter value comes from: a source document, PML, or "chosen here".
@@ -40,6 +42,7 @@ class BenchLoss(nn.Module):
     normalize_embeddings: ClassVar[bool] = False
     refresh_interval: int | None = None
     lr_multiplier: ClassVar[float] = 1.0
+    memory_ok: ClassVar[bool] = False
 
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Update state that depends on the embeddings of the whole training set."""

@@ -17,6 +17,7 @@ class ContrastiveLoss(PMLLoss):
     search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.2, 1.5)}
 
     class_balanced = True
+    memory_ok = True
     normalize_embeddings = True
 
     def __init__(self, pos_margin: float = 0.0, neg_margin: float = 0.5):

@@ -27,8 +27,14 @@ def loss_defaults(name: str) -> dict[str, Any]:
     }
 
 
-def build_loss(name: str, params: dict[str, Any], **context: Any) -> BenchLoss:
-    """Build a loss from its user parameters plus whatever context values it names."""
+def memory_losses() -> list[str]:
+    """The losses that take a cross-batch memory (`--memory`)."""
+    return [name for name in LOSSES.names() if get_loss_class(name).memory_ok]
+
+
+def build_loss(name: str, params: dict[str, Any], memory: int = 0, **context: Any) -> BenchLoss:
+    """Build a loss from its user parameters plus whatever context values it names; with a
+    cross-batch memory of `memory` embeddings (of `dims`) where that is not 0."""
     cls = get_loss_class(name)
     defaults = loss_defaults(name)
     unknown = sorted(set(params) - set(defaults))
@@ -37,4 +43,13 @@ def build_loss(name: str, params: dict[str, Any], **context: Any) -> BenchLoss:
         raise ValueError(f"loss {name!r} does not take {', '.join(unknown)}; it takes: {takes}")
     wanted = inspect.signature(cls.__init__).parameters
     ctx = {k: v for k, v in context.items() if k in wanted}
-    return cls(**params, **ctx)
+    loss = cls(**params, **ctx)
+    if not memory:
+        return loss
+    if not cls.memory_ok:
+        raise ValueError(
+            f"loss {name!r} takes no cross-batch memory; these do: {', '.join(memory_losses())}"
+        )
+    from losses.memory import with_memory
+
+    return with_memory(loss, memory, context["dims"])

@@ -23,6 +23,7 @@ class TripletLoss(PMLLoss):
     search_space = {"margin": ("float", 0.05, 0.5)}
 
     class_balanced = True
+    memory_ok = True
     normalize_embeddings = True
 
     def __init__(self, margin: float = 0.2, miner: str = "semihard"):

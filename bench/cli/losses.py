@@ -32,12 +32,23 @@ def needs_text(cls) -> str:
     return "; ".join(needs)
 
 
+def takes_text(cls) -> list[str]:
+    """What the loss takes beyond its parameters: a memory, its own learning rate."""
+    lines = []
+    if cls.memory_ok:
+        lines.append("    takes: --memory N (a cross-batch memory)")
+    if cls.lr_multiplier != 1:
+        source = cls.sources.get("lr_multiplier", "no source recorded")
+        lines.append(f"    its parameters' lr: {cls.lr_multiplier:g}x --lr: {source}")
+    return lines
+
+
 def describe(name: str) -> list[str]:
     """The lines of one loss: name, its docstring's first paragraph, needs, each default."""
     from losses import get_loss_class, loss_defaults
 
     cls = get_loss_class(name)
-    lines = [name, f"    {summary(cls)}", f"    needs: {needs_text(cls)}"]
+    lines = [name, f"    {summary(cls)}", f"    needs: {needs_text(cls)}", *takes_text(cls)]
     for param, value in loss_defaults(name).items():
         source = cls.sources.get(param, "no source recorded")
         lines.append(f"    {param}={value}: {source}")

@@ -62,6 +62,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "m_per_class": dict(type=POSITIVE),
     "lr": dict(type=NON_NEGATIVE),
     "momentum": dict(type=click.FloatRange(min=0, max=1)),
+    "memory": dict(type=click.IntRange(min=0), show_default=True),
     "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES), show_default=True),
     "weight_decay": dict(type=NON_NEGATIVE),
     "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),

@@ -38,6 +38,7 @@ HASHED_IF_SET = {
     "tuned": "",
     "crop_mode": "squash",
     "optimizer": "sgd",
+    "memory": 0,
 }
 # Set from the data before a run starts (bench.data.identity), never read from a record.
 DATA_IDENTITY = ("data_location", "data_fingerprint")
@@ -79,6 +80,12 @@ class RunConfig:
         16,
         "Examples of each class in a class-balanced batch (default: what the loss declares, "
         "else the preset's).",
+    )
+    memory: int = setting(
+        0,
+        "Cross-batch memory (Wang et al. 2020): the last N training embeddings join each "
+        "batch's pairs and triplets; pair and triplet losses only (`nngk-bench losses`). "
+        "At least --batch-size.",
     )
     optimizer: str = setting(
         "sgd",

@@ -88,6 +88,7 @@ class Trainer:
         self.loss = build_loss(
             cfg.loss,
             cfg.loss_params,
+            memory=cfg.memory,
             num_train=len(self.data.train),
             num_classes=self.data.num_train_classes,
             dims=cfg.dims,
