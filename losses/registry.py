@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from bench.util.errors import check_known
 from bench.util.registry import Registry
 from losses.base import BenchLoss
 
@@ -27,6 +28,11 @@ def loss_defaults(name: str) -> dict[str, Any]:
     }
 
 
+def loss_family(name: str) -> str:
+    """The family of a registered loss ("" for a name no longer registered)."""
+    return LOSSES[name].family if name in LOSSES else ""
+
+
 def memory_losses() -> list[str]:
     """The losses that take a cross-batch memory (`--memory`)."""
     return [name for name in LOSSES.names() if get_loss_class(name).memory_ok]
@@ -36,11 +42,7 @@ def build_loss(name: str, params: dict[str, Any], memory: int = 0, **context: An
     """Build a loss from its user parameters plus whatever context values it names; with a
     cross-batch memory of `memory` embeddings (of `dims`) where that is not 0."""
     cls = get_loss_class(name)
-    defaults = loss_defaults(name)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        takes = ", ".join(defaults) or "no parameters"
-        raise ValueError(f"loss {name!r} does not take {', '.join(unknown)}; it takes: {takes}")
+    check_known("loss", name, params, loss_defaults(name))
     wanted = inspect.signature(cls.__init__).parameters
     ctx = {k: v for k, v in context.items() if k in wanted}
     loss = cls(**params, **ctx)

@@ -375,3 +375,20 @@ def test_features_command_errors_are_one_line(tmp_path) -> None:
     out = CliRunner().invoke(main, ["features", "--dataset", "nope", "--out", tmp_path / "f.npz"])
     assert out.exit_code != 0 and "unknown data set 'nope'" in out.output
     assert not (tmp_path / "f.npz").exists()
+
+
+def test_a_forced_refit_that_fails_keeps_the_finished_run(tmp_path, monkeypatch):
+    # As `run --force`: the finished run is replaced only once the refit is written whole.
+    run_dir = run_linear_method("pca", "digits", 4, results=tmp_path)
+    before = (run_dir / "metrics.json").read_bytes()
+
+    def fail(self, x, y):
+        raise RuntimeError("the refit failed")
+
+    monkeypatch.setattr(PCAProjection, "fit", fail)
+    with pytest.raises(RuntimeError, match="the refit failed"):
+        run_linear_method("pca", "digits", 4, results=tmp_path, force=True)
+    assert (run_dir / "metrics.json").read_bytes() == before
+    monkeypatch.undo()
+    assert run_linear_method("pca", "digits", 4, results=tmp_path, force=True) == run_dir
+    assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name]  # no staging left

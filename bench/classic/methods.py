@@ -29,6 +29,7 @@ from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
 from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
 from bench.runs import store
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
+from bench.util.errors import check_known
 from bench.util.names import safe_name
 from bench.util.runtime import package_versions
 
@@ -56,11 +57,7 @@ def method_defaults(name: str) -> dict[str, Any]:
 
 
 def build_method(name: str, dims: int, seed: int = 0, **params: Any):
-    defaults = method_defaults(name)
-    unknown = sorted(set(params) - set(defaults))
-    if unknown:
-        takes = ", ".join(defaults) or "no parameters"
-        raise ValueError(f"method {name!r} does not take {', '.join(unknown)}; it takes: {takes}")
+    check_known("method", name, params, method_defaults(name))
     return METHODS[name](dims=dims, seed=seed, **params)
 
 
@@ -101,8 +98,9 @@ def run_linear_method(
     features: FeatureSplits | None = None,
 ) -> Path:
     """Fit `method` on the training and validation features (Sharma et al. 2015 trains on
-    train+val), embed the test features and evaluate them: the run folder. A finished run is skipped
-    unless `force`. `protocol` is the digits split (a features file carries its own); `features`
+    train+val), embed the test features and evaluate them: the run folder. A finished run is
+    skipped unless `force`, and then replaced only when the refit is written whole (a failed
+    one keeps it). `protocol` is the digits split (a features file carries its own); `features`
     saves loading them again for every run."""
     if features is None:
         features = load_features(dataset, protocol=protocol)
@@ -116,10 +114,13 @@ def run_linear_method(
     model = build_method(method, dims, seed, **resolved)
     run_id, record = run_record(dataset, protocol, method, resolved, dims, seed)
     run_dir = Path(results) / run_id
-    if store.is_finished(run_dir) and not force:
+    store.recover_run(run_dir)
+    finished = store.is_finished(run_dir)
+    if finished and not force:
         return run_dir
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
+    # As `run --force`: the finished run is replaced only once its refit is written whole.
+    target = store.staging_folder(run_dir) if finished else run_dir
+    shutil.rmtree(target, ignore_errors=True)
     x, y = features.train_val()
     start = time.perf_counter()
     model.fit(x, y)  # first: a method that rejects the features leaves no folder behind
@@ -133,12 +134,12 @@ def run_linear_method(
         "test_size": len(features.test_labels),
         "versions": {**package_versions(), "scikit-learn": version("scikit-learn")},
     }
-    atomic_write_json(run_dir / store.CONFIG, config)
+    atomic_write_json(target / store.CONFIG, config)
     emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
-    atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+    atomic_save_npz(target / store.EMBEDDINGS, embeddings=emb, labels=labels)
     curve = mprec_at_k(emb, labels)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})
-    atomic_write_text(run_dir / MPREC, table.to_csv(index=False))
+    atomic_write_text(target / MPREC, table.to_csv(index=False))
     metrics = {
         **evaluate(emb, labels, seed=seed),
         **mprec_metrics(curve),
@@ -151,7 +152,9 @@ def run_linear_method(
         "seed": seed,
         "fit_seconds": fit_seconds,
     }
-    atomic_write_json(run_dir / store.METRICS, metrics)
+    atomic_write_json(target / store.METRICS, metrics)
+    if finished:
+        store.replace_run(target, run_dir)
     return run_dir
 
 

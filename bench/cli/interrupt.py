@@ -18,6 +18,8 @@ from typing import NoReturn
 
 import click
 
+from bench.util.errors import first_line
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 5.0  # for a cancelled local job's controller to end its tasks (it kills them at 1 s)
 
@@ -89,8 +91,7 @@ def cancel(jobs: list) -> list[str]:
         try:
             job.cancel()
         except Exception as err:  # e.g. scancel missing or refusing: the others still go
-            reason = (str(err).strip() or type(err).__name__).splitlines()[0]
-            failed.append(f"{job.job_id} ({reason})")
+            failed.append(f"{job.job_id} ({first_line(err)})")
     end_processes(local, pids)
     return failed
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import click
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT
+from bench.util.errors import first_line, takes
 
 
 def loss_param_option(
@@ -111,10 +112,6 @@ def parsed(name: str, text: str, default: Any) -> Any:
     return text
 
 
-def takes(defaults: dict[str, Any]) -> str:
-    return ", ".join(f"{name}={value}" for name, value in defaults.items()) or "no parameters"
-
-
 def spelled(name: str, aliases: dict[str, Any]) -> str:
     """How the user gave the parameter `name`: its short option, or --loss-param NAME."""
     if name in aliases:
@@ -160,7 +157,7 @@ def check_built(loss: str, params: dict[str, Any]) -> None:
     try:
         build_loss(loss, params, num_train=1000, num_classes=10, dims=8)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"loss {loss!r} with {params}: {str(err).splitlines()[0]}") from None
+        raise ValueError(f"loss {loss!r} with {params}: {first_line(err)}") from None
     finally:
         logging.disable(logging.NOTSET)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bench.runs import store
+from bench.util.errors import first_line
 from bench.util.progress import log
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
         click.echo(INTERRUPTED, err=True)
         sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
     except (ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None
+        raise click.ClickException(first_line(err)) from None
     if diverged:
         raise click.ClickException(
             f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "

@@ -12,6 +12,7 @@ from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wai
 from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG
+from bench.util.errors import first_line
 
 
 @click.command()
@@ -92,7 +93,7 @@ def tune(
             study = tune_loss(setup, name, url, results)  # after workers: loads the done study
             folder = write_summary(study, setup, name, results)
         except (ValueError, RuntimeError) as err:
-            raise click.ClickException(str(err).splitlines()[0]) from None
+            raise click.ClickException(first_line(err)) from None
         click.echo(
             f"{study.study_name}: best validation {study.best_value:.4f} with "
             f"{study.best_trial.params} ({folder})"

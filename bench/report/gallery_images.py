@@ -18,9 +18,10 @@ from bench.data.datasets import DataSplits, load_run_data
 from bench.data.names import FEATURES_PREFIX
 from bench.protocols import data_protocol
 from bench.report.figures import DPI, plt, png_bytes
-from bench.report.run_files import DamagedRun, first_line, saved_embeddings
+from bench.report.run_files import DamagedRun, saved_embeddings
 from bench.runs import store
 from bench.runs.config import RunConfig
+from bench.util.errors import first_line
 
 THUMB = 64  # a gallery cell's image side, in pixels
 BORDER = 5  # its frame's width, in pixels

@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.util.errors import first_line
+
 
 class DamagedRun(ValueError):
     """A run's file that exists but cannot be read: truncated, not what it should hold."""
@@ -19,11 +21,6 @@ class DamagedRun(ValueError):
         path = Path(path)
         self.run_dir = str(path.parent)
         super().__init__(f"{path.parent.name}: {path.name} is damaged ({reason})")
-
-
-def first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def saved_embeddings(run_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray] | None:

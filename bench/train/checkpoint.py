@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from bench.util.atomic import atomic_torch_save
+from bench.util.errors import first_line
 
 
 def save_checkpoint(
@@ -42,9 +43,8 @@ def load_checkpoint(
         optimizer.load_state_dict(state["optimizer"])
         state["progress"]["epoch"]
     except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ValueError(
-            f"{path}: unreadable checkpoint ({first}); run the same command with --force "
+            f"{path}: unreadable checkpoint ({first_line(err)}); run the same command with --force "
             "to start this run afresh"
         ) from None
     return state

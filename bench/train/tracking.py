@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.protocols import shown_protocol
+from bench.util.errors import first_line
 from bench.util.progress import log
 
 if TYPE_CHECKING:
@@ -298,10 +299,6 @@ class MlflowLog(RunLog):
             self.client.set_terminated(self.run_id, status)
         except MlflowException as err:
             log.warning(f"MLflow: the run's status not written ({first_line(err)})")
-
-
-def first_line(err: Exception) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
 
 
 def open_run_log(kind: str, run_dir: Path, cfg: RunConfig) -> RunLog:
