@@ -10,6 +10,9 @@ from torch import nn
 from bench.util.knn import search
 
 KNN_VOTES = 10
+# The report's groups of losses, in its order: the source papers' (NNGK and the losses it was
+# compared with), proxy-based, pair weighting, classification / angular, ranking.
+FAMILIES = ("paper", "proxy", "pair weighting", "classification", "ranking")
 
 
 class BenchLoss(nn.Module):
@@ -28,7 +31,8 @@ class BenchLoss(nn.Module):
       network, at `lr_multiplier` times its learning rate (in an optimizer group of their own
       when that is not 1; `sources["lr_multiplier"]` says where the value comes from);
     - `memory_ok`: a PML pair or triplet loss that takes a cross-batch memory (`--memory N`,
-      losses/memory.py).
+      losses/memory.py);
+    - `family`: its group in the report (one of `FAMILIES`).
     """
 
     # Where each default parameter value comes from: a source document, PML, or "chosen here".
@@ -43,6 +47,7 @@ class BenchLoss(nn.Module):
     refresh_interval: int | None = None
     lr_multiplier: ClassVar[float] = 1.0
     memory_ok: ClassVar[bool] = False
+    family: ClassVar[str] = "paper"
 
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Update state that depends on the embeddings of the whole training set."""

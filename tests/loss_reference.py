@@ -69,3 +69,17 @@ def close(a, b, tol=1e-10):
     torch.testing.assert_close(
         torch.as_tensor(a, dtype=F64), torch.as_tensor(b, dtype=F64), rtol=tol, atol=tol
     )
+
+
+def dot(u, v) -> torch.Tensor:
+    return sum(a * b for a, b in zip(u, v, strict=True))
+
+
+def log_one_plus_sum_exp(values: list[torch.Tensor]) -> torch.Tensor:
+    """log(1 + sum(exp(v))), 0 for no values."""
+    return log_sum_exp([torch.zeros((), dtype=F64), *values])
+
+
+def cross_entropy(logits: list[torch.Tensor], target: int) -> torch.Tensor:
+    """-log softmax(logits)[target]."""
+    return log_sum_exp(logits) - logits[target]

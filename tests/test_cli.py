@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+import losses
 from bench.cli import main
 from bench.data.datasets import load_dataset
 from bench.evaluation.metrics import METRIC_KEYS, evaluate
@@ -161,7 +162,7 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--loss", "hinge"], "unknown loss 'hinge'; expected one of: bce-pair, contrastive"),
+        (["--loss", "hinge"], "unknown loss 'hinge'; expected one of: arcface, bce-pair, circle"),
         (["--loss", "triplet", "--miner", "hardest"], "unknown miner 'hardest'; expected one of"),
         (["--dataset", "mnist"], "unknown data set 'mnist'; expected one of: digits"),
         (["--dims", "64,abc"], "bad --dims '64,abc'; expected comma-separated positive integers"),
@@ -198,8 +199,7 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [
-        "Error: unknown loss 'nope'; expected one of: bce-pair, contrastive, contrastive-centroid, "
-        "contrastive-squared, lifted, nca, nngk, npair, softmax, triplet, triplet-nca"
+        f"Error: unknown loss 'nope'; expected one of: {', '.join(sorted(losses.loss_names()))}"
     ]
 
 

@@ -22,11 +22,52 @@ DECLARED = {
     "npair": (True, False, False, None),
     "softmax": (False, False, False, None),
     "triplet": (True, False, True, None),
-    # seeds 003 and 004 (tests/test_seed_losses.py checks their values)
+    # Liu et al. 2019 and the pair-verification report (tests/test_loss_papers.py checks their
+    # values)
     "triplet-nca": (True, False, True, None),
     "bce-pair": (True, False, False, None),
     "contrastive-squared": (True, False, False, None),
     "contrastive-centroid": (True, False, False, 1),
+    # proxy-based: random batches, like softmax; cosine similarity or unit-sphere distances
+    "proxy-nca": (False, False, True, None),
+    "proxy-anchor": (False, False, True, None),
+    "soft-triple": (False, False, True, None),
+    # pair weighting: positives in the batch
+    "multi-similarity": (True, False, True, None),
+    "multi-similarity-miner": (True, False, True, None),
+    "margin": (True, False, True, None),
+    "margin-class-beta": (True, False, True, None),
+    "circle": (True, False, True, None),
+    # classification / angular
+    "normalized-softmax": (False, False, True, None),
+    "cosface": (False, False, True, None),
+    "arcface": (False, False, True, None),
+    "subcenter-arcface": (False, False, True, None),
+    # ranking / contrastive
+    "fastap": (True, False, True, None),
+    "snr": (True, False, True, None),
+    "ntxent": (True, False, True, None),
+    "supcon": (True, False, True, None),
+}
+# The report's family and the learning-rate multiple of their own parameters, of the losses
+# that are not the source papers' (those are "paper" at 1x).
+FAMILY_AND_LR = {
+    "proxy-nca": ("proxy", 1.0),
+    "proxy-anchor": ("proxy", 100.0),
+    "soft-triple": ("proxy", 100.0),
+    "multi-similarity": ("pair weighting", 1.0),
+    "multi-similarity-miner": ("pair weighting", 1.0),
+    "margin": ("pair weighting", 1.0),
+    "margin-class-beta": ("pair weighting", 1.0),
+    "circle": ("pair weighting", 1.0),
+    "normalized-softmax": ("classification", 1.0),
+    "cosface": ("classification", 1.0),
+    "arcface": ("classification", 1.0),
+    "subcenter-arcface": ("classification", 1.0),
+    "fastap": ("ranking", 1.0),
+    "snr": ("ranking", 1.0),
+    "ntxent": ("ranking", 1.0),
+    "supcon": ("ranking", 1.0),
 }
 
 
@@ -45,6 +86,19 @@ def test_declarations(name):
         loss.refresh_interval,
     )
     assert got == DECLARED[name]
+
+
+@pytest.mark.parametrize("name", sorted(FAMILY_AND_LR))
+def test_family_and_lr_multiplier(name):
+    cls = losses.get_loss_class(name)
+    assert (cls.family, cls.lr_multiplier) == FAMILY_AND_LR[name]
+    if cls.lr_multiplier != 1:
+        assert cls.sources.get("lr_multiplier")
+    space = cls.search_space
+    assert set(space) <= set(losses.loss_defaults(name))
+    for param, (kind, low, high) in space.items():
+        assert kind in ("float", "log", "int") and low < high
+        assert low <= losses.loss_defaults(name)[param] <= high, param
 
 
 def test_unknown_loss_name_lists_every_name():

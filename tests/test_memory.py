@@ -106,3 +106,15 @@ def test_losses_lists_which_losses_take_a_memory():
         blocks.setdefault(name, []).append(line)
     takes = {name for name, lines in blocks.items() if any("--memory N" in x for x in lines)}
     assert {"contrastive", "triplet"} <= takes and "nngk" not in takes
+
+
+@pytest.mark.parametrize(
+    "name", ["multi-similarity", "multi-similarity-miner", "circle", "ntxent", "supcon", "snr"]
+)
+def test_todays_pair_losses_take_a_memory_too(name):
+    # The memory is PML's (compared with it above); here: each of these losses runs with it,
+    # the same on the first batch (nothing remembered yet), other values after.
+    ours = values(build_loss(name, {}, memory=16, num_train=100, num_classes=5, dims=DIMS))
+    without = values(build_loss(name, {}, num_train=100, num_classes=5, dims=DIMS))
+    assert ours[0] == pytest.approx(without[0], rel=1e-5)
+    assert ours[1:] != pytest.approx(without[1:], rel=1e-3)

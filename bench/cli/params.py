@@ -53,7 +53,8 @@ ALIAS_OPTIONS = (
     ),
     click.option("--nprobe", type=POSITIVE, default=None,
                  help="NNGK IVF lists probed (default 16)."),
-    click.option("--margin", type=NON_NEGATIVE, default=None, help="Triplet margin."),
+    click.option("--margin", type=NON_NEGATIVE, default=None,
+                 help="The loss's margin (--loss-param margin=M); arcface's is in degrees."),
     click.option(
         "--fixed-weights", is_flag=True, default=None, help="NNGK: centre weights fixed at 1 "
         "(Table 5)."

@@ -21,7 +21,24 @@ SUITE = (
     ("lifted", {}),
     ("nca", {}),
 )
-
+# The losses Musgrave et al. 2020 (A Metric Learning Reality Check) compared, as named here.
+REALITY_CHECK = (
+    ("contrastive", {}),
+    ("triplet", {"miner": "semihard"}),
+    ("ntxent", {}),
+    ("proxy-nca", {}),
+    ("margin", {}),
+    ("margin-class-beta", {}),
+    ("normalized-softmax", {}),
+    ("cosface", {}),
+    ("arcface", {}),
+    ("fastap", {}),
+    ("snr", {}),
+    ("multi-similarity", {}),
+    ("multi-similarity-miner", {}),
+    ("soft-triple", {}),
+)
+LOSS_SETS = ("paper", "realitycheck", "all")
 
 # Liu et al. 2019's selection strategies (NCA-form triplets; N-pair), each with FC and GAP
 # embeddings.
@@ -67,6 +84,15 @@ SUITE_SETTINGS = (
     "(Table 1).",
 )
 @click.option(
+    "--losses",
+    "loss_set",
+    default="paper",
+    show_default=True,
+    help="paper: NNGK and the losses of the source papers, triplet with each miner; "
+    "realitycheck: the fourteen of Musgrave et al. 2020; all: both and every other loss; or "
+    "a comma-separated list of losses (`nngk-bench losses`), each at its defaults.",
+)
+@click.option(
     "--backbone",
     type=click.Choice(["small_cnn", "small_cnn_gn"]),
     default=None,
@@ -81,7 +107,9 @@ SUITE_SETTINGS = (
 @FORCE
 @DEVICE
 @dispatch_options
-def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, device, **options):
+def suite(
+    dataset, dims, seeds, preset, loss_set, backbone, loss_param, results, force, device, **options
+):
     """The seven core losses (triplet with each miner) on glyphs or digits: the comparison in
     reports/. With --preset liu2019, Liu et al. 2019's strategies with FC and GAP embeddings
     instead."""
@@ -93,13 +121,15 @@ def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, de
     settings = settings_from(options, SUITE_SETTINGS)
     if dataset != "digits" and not is_glyphs(dataset):
         raise click.ClickException(f"suite runs on glyphs or digits; got {dataset!r}")
-    if preset:
-        # A GAP embedding has its layer's size: --dims applies to the FC runs only.
-        plan = [(loss, p, emb) for loss, p in LIU2019_SUITE for emb in ("fc", "gap")]
-    else:
-        plan = [(loss, p, None) for loss, p in SUITE]
-        dims = dims or (64, 512)
     try:
+        if preset:
+            if loss_set != "paper":
+                raise ValueError(f"--losses {loss_set}: --preset {preset} runs its own losses")
+            # A GAP embedding has its layer's size: --dims applies to the FC runs only.
+            plan = [(loss, p, emb) for loss, p in LIU2019_SUITE for emb in ("fc", "gap")]
+        else:
+            plan = [(loss, p, None) for loss, p in suite_losses(loss_set)]
+            dims = dims or (64, 512)
         check_dataset(dataset)
         given = planned_params(plan, loss_param)
     except ValueError as err:
@@ -121,6 +151,29 @@ def suite(dataset, dims, seeds, preset, backbone, loss_param, results, force, de
         )
     ]
     submit_runs(configs, results, dispatch, force, device)
+
+
+def suite_losses(loss_set: str) -> list[tuple[str, dict]]:
+    """The (loss, parameters) of a named set or of a comma-separated list of losses; a
+    ValueError naming the sets and losses for a name that is neither."""
+    from losses import loss_names
+
+    if loss_set == "paper":
+        return list(SUITE)
+    if loss_set == "realitycheck":
+        return list(REALITY_CHECK)
+    planned = [*SUITE, *(p for p in REALITY_CHECK if p not in SUITE)]
+    if loss_set == "all":
+        named = {loss for loss, _ in planned}
+        return [*planned, *((name, {}) for name in loss_names() if name not in named)]
+    names = [name.strip() for name in loss_set.split(",") if name.strip()]
+    unknown = [name for name in names if name not in loss_names()]
+    if unknown or not names:
+        raise ValueError(
+            f"--losses {loss_set}: {', '.join(unknown) or 'no loss'} is neither a set "
+            f"({', '.join(LOSS_SETS)}) nor a loss ({', '.join(loss_names())})"
+        )
+    return [(name, {}) for name in dict.fromkeys(names)]
 
 
 def planned_params(plan: list, pairs: tuple[str, ...]) -> dict[str, dict]:

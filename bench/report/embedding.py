@@ -3,6 +3,7 @@ the published numbers beside it, R@1 and NMI against size (Fig. 2a/b) and Recall
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from bench.evaluation.metrics import METRIC_KEYS
@@ -22,6 +23,7 @@ from bench.report.table_format import (
     one_per_seed,
     percent,
 )
+from losses.base import FAMILIES
 
 
 def protocol_metrics(df: pd.DataFrame) -> list[str]:
@@ -54,7 +56,20 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     table = table.rename(columns={"name": "method"})
     baselines = set(df.loc[df["loss"] == BASELINE_LOSS, "name"])
     table["_order"] = (~table["method"].isin(baselines)).astype(int)
-    return table.sort_values(["_order", "method", "dims"]).drop(columns="_order")
+    family = column_or_nan(df, "family", "").fillna("").groupby(df["name"]).first()
+    table["family"] = table["method"].map(family).fillna("")
+    table["_family"] = table["family"].map(family_rank)
+    order = ["_order", "_family", "method", "dims"]
+    table = table.sort_values(order).drop(columns=["_order", "_family"])
+    # One family (every table before today's losses): no column for it, the same bytes.
+    return (
+        table if table["family"].replace("", np.nan).nunique() > 1 else table.drop(columns="family")
+    )
+
+
+def family_rank(family: str) -> int:
+    """A family's place in the tables (FAMILIES' order; an unknown one after them)."""
+    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
 
 
 def marks_of(differences: pd.DataFrame) -> dict[tuple[str, int, str], tuple[bool, str]]:
@@ -81,9 +96,11 @@ def markdown_table(
     marks = marks_of(differences) if differences is not None else {}
     nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
     diverged = "diverged_runs" in summary and summary["diverged_runs"].gt(0).any()
+    families = "family" in summary
     rows = [
         [
             r["method"],
+            *([r["family"]] if families else []),
             int(r["dims"]),
             *(
                 marked(
@@ -100,6 +117,7 @@ def markdown_table(
     ]
     headers = [
         "loss",
+        *(["family"] if families else []),
         "dims",
         *COLUMNS.values(),
         *(PROTOCOL_COLUMNS[m] for m in extra),

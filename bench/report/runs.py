@@ -17,6 +17,7 @@ from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, s
 from bench.runs import store
 from bench.runs.config import RunConfig, canonical_preset, untrained_label
 from bench.util.names import safe_name
+from losses import loss_family
 
 BASELINE_LOSS = "untrained"
 RAW_BASELINE = "raw inputs"
@@ -110,7 +111,17 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         base = df["loss"] == BASELINE_LOSS
         df.loc[base, "method"] = df[base].apply(baseline_label, axis=1)
         df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
+        df["family"] = families(df)
     return df, problems
+
+
+def families(df: pd.DataFrame) -> pd.Series:
+    """Each run's loss family as it recorded it, else (older runs) its loss's today; "" for the
+    baselines."""
+    recorded = column_or_nan(df, "family", None)
+    known = df["loss"].map(loss_family)
+    family = recorded.where(recorded.map(lambda f: isinstance(f, str) and bool(f)), known)
+    return family.where(df["loss"] != BASELINE_LOSS, "").fillna("")
 
 
 def metrics_fault(metrics: dict) -> str:

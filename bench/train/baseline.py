@@ -21,6 +21,7 @@ from bench.train.optimizers import optimizer_text
 from bench.util.atomic import atomic_save_npz, atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
+from losses import loss_family
 
 BASELINE = "untrained"  # the loss name of both baseline rows
 
@@ -30,6 +31,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "dataset": cfg.dataset,
         "protocol": cfg.protocol,
         "loss": cfg.loss,
+        "family": loss_family(cfg.loss),
         "miner": cfg.loss_params.get("miner"),
         "dims": cfg.dims,
         "seed": cfg.seed,

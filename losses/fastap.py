@@ -1,0 +1,23 @@
+from pytorch_metric_learning.losses import FastAPLoss as PMLFastAPLoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("fastap")
+class FastAPLoss(PMLLoss):
+    """Cakir et al. 2019: 1 - average precision of each anchor's ranking of the batch, from
+    soft histograms of squared distances (PML's FastAPLoss).
+
+    Squared L2 distances of L2-normalised embeddings (PML's default, in [0, 4]) in `num_bins`
+    triangular bins."""
+
+    sources = {"num_bins": "PML's default (10)"}
+    search_space = {"num_bins": ("int", 5, 40)}
+
+    class_balanced = True
+    normalize_embeddings = True
+    family = "ranking"
+
+    def __init__(self, num_bins: int = 10):
+        super().__init__(PMLFastAPLoss(num_bins=num_bins))

@@ -1,0 +1,29 @@
+from pytorch_metric_learning.losses import SignalToNoiseRatioContrastiveLoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("snr")
+class SNRContrastiveLoss(PMLLoss):
+    """Yuan et al. 2019: contrastive loss on the signal-to-noise-ratio distance var(a - b) /
+    var(a) (PML's SignalToNoiseRatioContrastiveLoss).
+
+    PML's SNRDistance L2-normalises the embeddings first (its default); the paper's regulariser
+    towards zero-mean embeddings is not applied (PML's default)."""
+
+    sources = {
+        "pos_margin": "PML's default (0)",
+        "neg_margin": "PML's default (1)",
+    }
+    search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.3, 2.0)}
+
+    class_balanced = True
+    memory_ok = True
+    normalize_embeddings = True
+    family = "ranking"
+
+    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0):
+        super().__init__(
+            SignalToNoiseRatioContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin)
+        )

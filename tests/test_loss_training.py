@@ -1,0 +1,72 @@
+"""Every loss added beside the source papers' trains end to end through the command line on a
+small glyphs set and lowers its training loss at its defaults (3 epochs, 2 steps each, the
+glyphs preset's SGD at lr 0.01)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import cli
+
+NEW_LOSSES = (
+    "proxy-nca",
+    "proxy-anchor",
+    "soft-triple",
+    "multi-similarity",
+    "multi-similarity-miner",
+    "margin",
+    "margin-class-beta",
+    "normalized-softmax",
+    "cosface",
+    "arcface",
+    "subcenter-arcface",
+    "fastap",
+    "snr",
+    "ntxent",
+    "supcon",
+)
+# Circle loss at PML's defaults (gamma 80) does not lower its loss here: its first gradient
+# is about 80 times the contrastive loss's on the same batch (norm 394 against 5), and that one
+# SGD step at lr 0.01 collapses the embedding (mean cosine 0.72 -> 0.998), where the loss
+# sits at its collapsed value, 58.77 (+7 % over the 3 epochs; +7 % at lr 1e-3 too). It falls at
+# lr 1e-5 (-4 %) or with gamma 8 at lr 1e-3 (-21 %): the preset's learning rate does not suit it.
+CIRCLE = pytest.param(
+    "circle",
+    marks=pytest.mark.xfail(
+        strict=True, reason="collapses at the glyphs preset's lr 0.01 with gamma 80"
+    ),
+)
+DATASET = "glyphs:classes=16,instances=10,size=12"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """One results folder for the module: the data set's baselines are evaluated by its first
+    run and found finished by the others."""
+    return tmp_path_factory.mktemp("new-losses")
+
+
+@pytest.mark.parametrize("name", [*NEW_LOSSES, CIRCLE])
+def test_the_loss_trains_and_lowers_its_loss(name, results):
+    out = cli(
+        "run",
+        "--loss",
+        name,
+        "--dataset",
+        DATASET,
+        "--dims",
+        "16",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "32",
+        "--results",
+        results,
+    )
+    assert out.exit_code == 0, out.output
+    (folder,) = results.glob(f"*-{name}-d16-*")
+    metrics = json.loads((folder / "metrics.json").read_text())
+    assert metrics["loss"] == name
+    assert metrics["train_loss_change"] < 0, metrics["warnings"]
