@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 TINY = "glyphs:classes=16,instances=10,size=12"  # 8 training classes of 8 + 2 validation images
-COMMON = ["--dataset", TINY, "--epochs", "2", "--batch-size", "16"]
+COMMON = ["--dataset", TINY, "--epochs", "1", "--batch-size", "16"]
 # name -> (loss, miner, dims)
 RUNS = {
     "bce-pair": ("bce-pair", None, 8),
@@ -90,7 +90,7 @@ def test_two_processes_train_the_same_run_to_the_bit(twin_runs, name):
     a, b = (runs[name] for runs in twin_runs)
     assert a.name == b.name
     history_a, history_b = (pd.read_csv(run / "history.csv") for run in (a, b))
-    assert len(history_a) == 2
+    assert len(history_a) == 1
     assert history_a["train_loss"].tolist() == history_b["train_loss"].tolist()
     metrics = [c for c in history_a if c.startswith(("val_", "mean_"))]
     assert history_a[metrics].equals(history_b[metrics])

@@ -40,12 +40,12 @@ def test_nngk_with_the_shipped_digits_preset_lowers_its_loss(tmp_path):
 def test_nngk_with_the_shipped_glyphs_preset_learns_and_beats_the_untrained_network(
     tmp_path, glyphs_baselines
 ):
-    # The shipped data set and preset at its smaller size, for half its epochs (5 of 10: MAP@R
-    # 0.139 against the untrained network's 0.067 when measured; 40 s on 2 CPU cores). Its
+    # The shipped data set and preset at its smaller size, for 3 of its 10 epochs (measured:
+    # loss -15 %, MAP@R 0.102 against the untrained network's 0.067; 0.139 after 5 epochs). Its
     # baselines, the same for every run of the glyphs preset's network and seed, are evaluated
     # once for the session (tests/conftest.py) and found finished here, as the run writes them.
     copy_baselines(glyphs_baselines, tmp_path)
-    args = ["--loss", "nngk", "--dataset", "glyphs", "--dims", "64", "--epochs", "5"]
+    args = ["--loss", "nngk", "--dataset", "glyphs", "--dims", "64", "--epochs", "3"]
     folder, metrics = run(tmp_path, *args)
     assert metrics["train_loss_change"] <= -0.10 and metrics["warnings"] == []
     (untrained,) = [p for p in tmp_path.iterdir() if "-untrained-d1024-" in p.name]
