@@ -83,3 +83,21 @@ def log_one_plus_sum_exp(values: list[torch.Tensor]) -> torch.Tensor:
 def cross_entropy(logits: list[torch.Tensor], target: int) -> torch.Tensor:
     """-log softmax(logits)[target]."""
     return log_sum_exp(logits) - logits[target]
+
+
+def value_and_grads(loss, weights, data, reference, *args, **kwargs) -> torch.Tensor:
+    """`loss` on the batch `data` (embeddings, labels), its value and gradients (embeddings,
+    `weights`) checked against the reference's, which gets detached copies of the same
+    embeddings and weights; the reference's value."""
+    x0, y = data
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    gx, gw = grad_of(value, x, weights)
+    x_ref = x0.clone().requires_grad_()
+    w_ref = weights.detach().clone().requires_grad_()
+    ref = reference(x_ref, y, w_ref, *args, **kwargs)
+    gx_ref, gw_ref = grad_of(ref, x_ref, w_ref)
+    close(value, ref)
+    close(gx, gx_ref)
+    close(gw, gw_ref)
+    return ref

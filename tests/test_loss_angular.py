@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import losses
-from tests.loss_reference import batch, close, cross_entropy, dot, grad_of, unit_rows, val
+from tests.loss_reference import batch, cross_entropy, dot, unit_rows, val, value_and_grads
 
 NUM_CLASSES, DIMS = 5, 4
 LABELS = [0, 1, 2, 3, 4, 0, 2, 2, 1]
@@ -105,19 +105,8 @@ def test_angular_loss_matches_loop(name, params, reference, defaults):
     per_class = params.get("sub_centers", defaults.get("per_class", 1))
     assert weights.shape == (DIMS, NUM_CLASSES * per_class)
 
-    x0, y = batch(13, LABELS, dims=DIMS)
-    x = x0.clone().requires_grad_()
-    value = loss(x, y)
-    gx, gw = grad_of(value, x, weights)
-
-    x_ref = x0.clone().requires_grad_()
-    w_ref = weights.detach().clone().requires_grad_()
     args = {**defaults, **{k: v for k, v in params.items() if k != "sub_centers"}}
-    ref = reference(x_ref, y, w_ref, **args)
-    gx_ref, gw_ref = grad_of(ref, x_ref, w_ref)
-    close(value, ref)
-    close(gx, gx_ref)
-    close(gw, gw_ref)
+    value_and_grads(loss, weights, batch(13, LABELS, dims=DIMS), reference, **args)
 
 
 def test_the_defaults_are_those_the_references_take():
