@@ -294,3 +294,23 @@ def test_an_earlier_versions_nmi_is_shown_as_best_of_5_not_as_the_single_run(tmp
     assert row["nmi_mean"] == pytest.approx(0.70)  # the new run's single k-means NMI only
     assert row["nmi_best_of_5_mean"] == pytest.approx(0.65)  # both runs' best of 5
     assert row["nan_runs"] == 0 and row["runs"] == 2
+
+
+def test_rows_not_above_both_baselines_on_map_at_r_are_named_under_the_table(results, tmp_path):
+    fake_run(results, "untrained", "untrained", 1024, 0, 0.65)  # a second baseline row
+    write_report(results, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    (note,) = [line for line in text.splitlines() if line.startswith("Not above both")]
+    # the better baseline: 0.65; nngk 64-d's interval reaches down to 0.115, triplet is at 0.50,
+    # nngk 512-d's one seed (0.90) clears both
+    assert note.endswith(
+        "at or below the better baseline's 65.00): nngk 64-d (75.00 ± 63.53); "
+        "triplet (semihard) 64-d (50.00)."
+    )
+
+
+def test_no_note_when_every_row_is_above_both_baselines(results, tmp_path):
+    shutil.rmtree(results / "t64")
+    shutil.rmtree(results / "n64s1")
+    write_report(results, tmp_path / "rep")
+    assert "Not above both" not in (tmp_path / "rep" / "digits.md").read_text()

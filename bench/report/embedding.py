@@ -89,7 +89,11 @@ def marked(text: str, mark: tuple[bool, str]) -> str:
 
 
 def markdown_table(
-    summary: pd.DataFrame, dataset: str, setup: str = "", differences: pd.DataFrame | None = None
+    summary: pd.DataFrame,
+    dataset: str,
+    setup: str = "",
+    differences: pd.DataFrame | None = None,
+    baselines: frozenset[str] = frozenset(),
 ) -> str:
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     keys = (*METRIC_KEYS, *extra, "init_map@r")
@@ -138,7 +142,31 @@ def markdown_table(
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "
-        "evaluated the same way.\n\n" + github_table(rows, headers)
+        "evaluated the same way.\n\n"
+        + github_table(rows, headers)
+        + below_baselines_note(summary, baselines)
+    )
+
+
+def below_baselines_note(summary: pd.DataFrame, baselines: frozenset[str]) -> str:
+    """The trained rows that do not clear both baselines on MAP@R: the lower end of their
+    interval (with one seed, their value) at or below the better baseline's; '' where none."""
+    is_base = summary["method"].isin(baselines)
+    if not is_base.any() or is_base.all() or "map@r_mean" not in summary:
+        return ""
+    bar = summary.loc[is_base, "map@r_mean"].max()
+    trained = summary[~is_base]
+    low = trained["map@r_mean"] - trained["map@r_ci"].fillna(0)
+    below = trained[(low <= bar) | trained["map@r_mean"].isna()]
+    if not len(below):
+        return ""
+    named = "; ".join(
+        f"{r['method']} {int(r['dims'])}-d ({cell(r['map@r_mean'], r['map@r_ci'])})"
+        for _, r in below.iterrows()
+    )
+    return (
+        f"\nNot above both baselines on MAP@R (the lower end of the row's interval, or its one "
+        f"seed's value, at or below the better baseline's {percent(bar)}): {named}.\n"
     )
 
 
@@ -216,10 +244,10 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
     summary = summarise(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
     differences = compare_rows(trained_runs(part), reference)
+    baselines = frozenset(part.loc[part["loss"] == BASELINE_LOSS, "name"])
+    text = markdown_table(summary, table, setup_line(part), differences, baselines)
     files = {
-        f"{table}.md": (
-            markdown_table(summary, table, setup_line(part), differences) + paper_markdown(papers)
-        ).encode(),
+        f"{table}.md": (text + paper_markdown(papers)).encode(),
         f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
         f"{table}.png": dims_figure(part),
     }
