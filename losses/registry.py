@@ -38,6 +38,15 @@ def memory_losses() -> list[str]:
     return [name for name in LOSSES.names() if get_loss_class(name).memory_ok]
 
 
+def check_memory_taken(name: str, memory: int) -> None:
+    """A ValueError naming the losses that take a cross-batch memory where `name` does not."""
+    if memory and not get_loss_class(name).memory_ok:
+        raise ValueError(
+            f"--memory {memory}: the loss {name!r} takes no cross-batch memory; drop --memory "
+            f"or use one that does: {', '.join(memory_losses())}"
+        )
+
+
 def build_loss(name: str, params: dict[str, Any], memory: int = 0, **context: Any) -> BenchLoss:
     """Build a loss from its user parameters plus whatever context values it names; with a
     cross-batch memory of `memory` embeddings (of `dims`) where that is not 0."""
@@ -48,10 +57,7 @@ def build_loss(name: str, params: dict[str, Any], memory: int = 0, **context: An
     loss = cls(**params, **ctx)
     if not memory:
         return loss
-    if not cls.memory_ok:
-        raise ValueError(
-            f"loss {name!r} takes no cross-batch memory; these do: {', '.join(memory_losses())}"
-        )
+    check_memory_taken(name, memory)
     from losses.memory import with_memory
 
     return with_memory(loss, memory, context["dims"])

@@ -69,7 +69,10 @@ def test_the_queue_goes_on_after_a_checkpoint():
 
 
 def test_a_loss_without_memory_is_refused_naming_those_with_one():
-    with pytest.raises(ValueError, match="loss 'nngk' takes no cross-batch memory; these do: "):
+    with pytest.raises(
+        ValueError,
+        match="the loss 'nngk' takes no cross-batch memory; drop --memory or use one that does: ",
+    ):
         build_loss("nngk", {}, memory=8, num_train=100, num_classes=5, dims=DIMS)
 
 

@@ -14,7 +14,7 @@ from bench.runs.config import RunConfig
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
 from losses import get_loss_class
-from losses.registry import memory_losses
+from losses.registry import check_memory_taken
 
 # The settings a run's splits depend on: runs that share them share their data.
 DATA_SETTINGS = (
@@ -59,11 +59,7 @@ def check_memory(cfg: RunConfig) -> None:
     """--memory for a loss that takes one, and at least a batch of embeddings."""
     if not cfg.memory:
         return
-    if not get_loss_class(cfg.loss).memory_ok:
-        raise ValueError(
-            f"--memory {cfg.memory}: the loss {cfg.loss!r} takes no cross-batch memory; drop "
-            f"--memory or use one that does: {', '.join(memory_losses())}"
-        )
+    check_memory_taken(cfg.loss, cfg.memory)
     if cfg.memory < cfg.batch_size:
         raise ValueError(
             f"--memory {cfg.memory} holds less than a batch (--batch-size {cfg.batch_size}); "
