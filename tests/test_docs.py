@@ -18,6 +18,7 @@ with its arguments made small by fixed rules:
 - visualize: a run folder `results/<data>-<loss>-d<N>-s<S>-*` becomes TINY's, at 8 dims and seed
   0 (the first finished match);
 - linear: `--dims 8`, `--iterations 1000 --pairs 1000` (for nml and linear-ml);
+- pretrain: a glyphs source or none becomes PRETRAIN_SOURCE, `--epochs 1`;
 - check: `--results results`; losses, features, --help: as written.
 
 A command that is the same as an earlier one after these rules is run once. Real data sets are
@@ -44,6 +45,7 @@ README = ROOT / "README.md"
 PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 TINY = "glyphs:classes=24,instances=10,size=12"  # 12 training classes of 8 + 2 images
 TINY_NAME = re.sub(r"[:=,]", "-", TINY)  # its run folders' prefix
+PRETRAIN_SOURCE = "glyphs:first=1000,classes=8,instances=6,size=12"  # classes 1000-1007
 README_LINES = 150
 
 FENCE = re.compile(
@@ -207,6 +209,11 @@ def small(args: tuple[str, ...], folder: Path) -> list[str]:
         methods = option(rest, "--method") or "nml,linear-ml"
         if {"nml", "linear-ml"} & set(methods.split(",")):
             rest = setting(setting(rest, "--iterations", "1000"), "--pairs", "1000")
+    elif command == "pretrain":
+        source = option(rest, "--dataset") or "glyphs"
+        if source == "glyphs" or source.startswith("glyphs:"):
+            rest = setting(rest, "--dataset", PRETRAIN_SOURCE)
+        rest = setting(rest, "--epochs", "1")
     elif command == "check":
         rest = setting(rest, "--results", "results")
     return [command, *rest]

@@ -62,6 +62,53 @@ def test_a_class_looks_the_same_whatever_the_number_of_classes():
     assert not np.array_equal(few, other_seed)
 
 
+def test_a_range_from_first_holds_those_classes_of_any_larger_set():
+    # Classes 1000-1003 alone, and as the last four of classes 0-1003 (minimal images: 0.8 s).
+    spec = GlyphSpec.parse("glyphs:first=1000,classes=4,instances=2,size=8")
+    images, labels = generate(spec)
+    whole, whole_labels = generate(GlyphSpec(classes=1004, instances=2, size=8))
+    assert np.array_equal(images, whole[whole_labels >= 1000])
+    assert labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]  # a set numbers its classes from 0
+    assert spec.class_indices() == range(1000, 1004)
+    # The pretraining source and the benchmark (the default set) share no class of seed 0.
+    source, benchmark = GlyphSpec.parse("glyphs:first=1000,classes=1000"), GlyphSpec()
+    assert (source.seed, benchmark.seed) == (0, 0)
+    assert (source.class_indices(), benchmark.class_indices()) == (range(1000, 2000), range(200))
+    assert set(source.class_indices()).isdisjoint(benchmark.class_indices())
+    assert source.fingerprint() != GlyphSpec(classes=1000).fingerprint()
+
+
+# Pinned before `first` existed (data set name, fingerprint: the cache file's name, run id).
+BEFORE_FIRST = [
+    ("glyphs", "443a3f8d998d", "glyphs-nngk-d64-s0-f6313792"),
+    (
+        "glyphs:classes=16,instances=6,size=12",
+        "e0c2d892ba9b",
+        "glyphs-classes-16-instances-6-size-12-nngk-d64-s0-666dbf9d",
+    ),
+]
+
+
+@pytest.mark.parametrize("name, fingerprint, run_id", BEFORE_FIRST)
+def test_sets_from_class_0_keep_their_names_caches_and_run_ids(name, fingerprint, run_id):
+    from bench.data.identity import data_identity
+    from bench.train.presets import make_configs
+
+    spec = GlyphSpec.parse(name)
+    assert (spec.name(), spec.fingerprint()) == (name, fingerprint)
+    assert GlyphSpec.parse(f"{name}{',' if ':' in name else ':'}first=0") == spec
+    (cfg,) = make_configs(name, "nngk", (64,), {}, seed=0)
+    assert cfg.run_id() == run_id
+    assert data_identity(name, "") == {"data_location": "", "data_fingerprint": ""}
+
+
+def test_first_is_named_where_it_is_not_0():
+    spec = GlyphSpec.parse("glyphs:first=1000,classes=1000")
+    assert spec.name() == "glyphs:classes=1000,first=1000" and GlyphSpec.parse(spec.name()) == spec
+    with pytest.raises(ValueError, match="first >= 0"):
+        GlyphSpec.parse("glyphs:first=-1")
+
+
 def test_instances_vary_and_difficulty_zero_repeats_the_class():
     images, _ = generate(GlyphSpec(classes=4, instances=3, size=16))
     assert not np.array_equal(images[0], images[1])  # one class, two instances

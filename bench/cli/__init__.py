@@ -50,6 +50,7 @@ COMMANDS = {
     "linear": "bench.cli.linear:linear",
     "suite": "bench.cli.suite:suite",
     "tune": "bench.cli.tune:tune",
+    "pretrain": "bench.cli.pretrain:pretrain",
 }
 
 

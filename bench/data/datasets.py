@@ -270,7 +270,7 @@ def dataset_names() -> list[str]:
     return [
         "digits",
         *sorted(READERS),
-        "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X]",
+        "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X,first=N]",
         f"{FOLDER_PREFIX}PATH",
         f"{FEATURES_PREFIX}PATH.npz",
     ]

@@ -10,7 +10,10 @@ number of classes. Nothing is downloaded or committed; the images are cached as 
 a fingerprint of the parameters and of the generator's version.
 
 `glyphs` is the default set; `glyphs:classes=40,instances=20,size=16` (any of classes,
-instances, size, seed, difficulty) is another, from a CI subset to a stress set.
+instances, size, seed, difficulty, first) is another, from a CI subset to a stress set. `first`
+is the index of the set's first class: `glyphs:first=1000,classes=1000` holds classes 1000-1999,
+the same images those classes have in any set that contains them, and none of the default set's
+classes 0-199 (`nngk-bench pretrain`'s source). A set's labels number its classes from 0.
 """
 
 from __future__ import annotations
@@ -45,13 +48,15 @@ RENDER_CHUNK = 256  # images rendered at once
 
 @dataclass(frozen=True)
 class GlyphSpec:
-    """The parameters of a glyphs set; `difficulty` scales every variation of the instances."""
+    """The parameters of a glyphs set; `difficulty` scales every variation of the instances;
+    `first` is the index of the first of its `classes` classes."""
 
     classes: int = 200
     instances: int = 30
     size: int = 28
     seed: int = 0
     difficulty: float = 1.0
+    first: int = 0
 
     @classmethod
     def parse(cls, name: str) -> GlyphSpec:
@@ -79,9 +84,15 @@ class GlyphSpec:
             raise ValueError(
                 f"glyphs needs classes >= 4, instances >= 2 and size >= 8; got {self.name()}"
             )
-        if not 0 <= self.difficulty <= 3 or self.seed < 0:
-            raise ValueError(f"glyphs needs 0 <= difficulty <= 3 and seed >= 0; got {self.name()}")
+        if not 0 <= self.difficulty <= 3 or self.seed < 0 or self.first < 0:
+            raise ValueError(
+                f"glyphs needs 0 <= difficulty <= 3, seed >= 0 and first >= 0; got {self.name()}"
+            )
         return self
+
+    def class_indices(self) -> range:
+        """The indices of its classes among all the classes of its seed."""
+        return range(self.first, self.first + self.classes)
 
     def name(self) -> str:
         """The canonical data set name: 'glyphs', plus the parameters that differ from it."""
@@ -90,7 +101,10 @@ class GlyphSpec:
         return NAME + (":" + ",".join(args) if args else "")
 
     def fingerprint(self) -> str:
+        # `first` came later: left out at 0, so that the sets before it keep their cache files.
         record = {**asdict(self), "version": VERSION}
+        if not self.first:
+            del record["first"]
         return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -150,10 +164,11 @@ def render(points: np.ndarray, width: np.ndarray, size: int) -> np.ndarray:
 
 
 def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, size, size) uint8, labels (N,)), class by class, instances in order."""
+    """(images (N, size, size) uint8, labels (N,)), class by class, instances in order; label
+    i is the class of index `spec.first + i`."""
     points, widths, labels = [], [], []
-    for label in range(spec.classes):
-        p, w = instance_points(spec, label)
+    for label, index in enumerate(spec.class_indices()):
+        p, w = instance_points(spec, index)
         points.append(p)
         widths.append(w)
         labels.append(np.full(spec.instances, label, dtype=np.int64))
@@ -169,7 +184,7 @@ def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
             for i in range(0, len(padded), RENDER_CHUNK)
         ]
     )
-    noise = np.concatenate([class_noise(spec, label) for label in range(spec.classes)])
+    noise = np.concatenate([class_noise(spec, index) for index in spec.class_indices()])
     images = np.clip(images + NOISE * spec.difficulty * noise, 0, 1)
     return np.round(images * 255).astype(np.uint8), np.concatenate(labels)
 

@@ -11,6 +11,7 @@ from bench.models.pretrained import (
     check_weights,
     keep_resolution,
     load_local_state,
+    read_state_dict,
     torchvision_model,
     truncate,
 )
@@ -108,12 +109,40 @@ def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
     return model, model.out_features
 
 
+SMALL_CNNS = ("small_cnn", "small_cnn_gn")
+SMALL_CNN_FIRST_CONV = "body.0.0.weight"  # (width, input channels, 3, 3)
+
+
+def _small_cnn(
+    name: str, pretrained: str, in_channels: int, embedding: str
+) -> tuple[SmallCNN, int]:
+    """SmallCNN, from a random init or from a state dict of its backbone (`nngk-bench
+    pretrain`); the state dict's first layer fixes the input channels, to which EmbeddingNet
+    adapts the images (grey glyphs weights on colour images: their mean)."""
+    if pretrained == "imagenet":
+        raise ValueError(
+            f"there are no ImageNet weights for {name}; use pretrained='none' or a state dict "
+            "PATH of its backbone (nngk-bench pretrain writes one)"
+        )
+    state = None if pretrained == "none" else read_state_dict(name, pretrained)
+    if state is not None and SMALL_CNN_FIRST_CONV in state:
+        in_channels = state[SMALL_CNN_FIRST_CONV].shape[1]
+    grid = 1 if embedding == "gap" else SmallCNN.grid
+    norm = "group" if name == "small_cnn_gn" else "batch"
+    net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm)
+    if state is not None:
+        load_local_state(net, name, pretrained, source="bench's", state=state)
+    return net, in_channels
+
+
 def check_backbone_weights(name: str, pretrained: str) -> None:
-    """A torchvision backbone's weights can be had (`check_weights`) before any data is read,
-    so that an offline machine fails before it builds an image cache; the other backbones'
-    weights are checked as they are built."""
+    """A backbone's weights can be had before any data is read, so that an offline machine
+    fails before it builds an image cache: a torchvision backbone's (`check_weights`), or a
+    small CNN's state dict, read; the other backbones' weights are checked as they are built."""
     if name in TORCHVISION_BACKBONES:
         check_weights(_TINY_RESNETS.get(name, name), pretrained)
+    elif name in SMALL_CNNS and pretrained != "none":
+        _small_cnn(name, pretrained, 1, "fc")
 
 
 def build_backbone(
@@ -122,7 +151,8 @@ def build_backbone(
     """Return (feature extractor, feature dimension, expected input channels).
 
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
-    a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny).
+    a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny; for
+    small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it).
     embedding: "fc" or "backbone" (the features; a linear layer follows for "fc"), or "gap" (the
     global average pool of the last conv feature map, to be used as the embedding itself).
     """
@@ -134,12 +164,8 @@ def build_backbone(
         # in_channels: the length of the feature vectors. linear: the embedding is a projection.
         net = MLPHead(in_channels) if name == "mlp" else nn.Flatten()
         return net, getattr(net, "out_features", in_channels), in_channels
-    if name in ("small_cnn", "small_cnn_gn"):
-        if pretrained != "none":
-            raise ValueError(f"{name} has no pretrained weights; got pretrained={pretrained!r}")
-        grid = 1 if embedding == "gap" else SmallCNN.grid
-        norm = "group" if name == "small_cnn_gn" else "batch"
-        net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm)
+    if name in SMALL_CNNS:
+        net, in_channels = _small_cnn(name, pretrained, in_channels, embedding)
         return net, net.out_features, in_channels
     if name == "vgg16_tiny":
         net, feat_dim = _vgg16_tiny(pretrained, embedding)

@@ -19,6 +19,9 @@ BACKBONES = (
 )
 # Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
 VECTOR_BACKBONES = ("mlp", "linear")
+# What `nngk-bench pretrain` trains on glyphs: the small CNNs, and the torchvision backbone a CPU
+# trains at glyphs' size (28 px, taken to its 32-px least).
+PRETRAIN_BACKBONES = ("small_cnn", "small_cnn_gn", "resnet18")
 
 # fc: a linear layer of `dims` outputs after the backbone; gap: the global average pool of the last
 # feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and without ReLU,

@@ -44,6 +44,8 @@ class EmbeddingNet(nn.Module):
     def _adapt(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[1] == 1 and self.in_channels == 3:
             x = x.repeat(1, 3, 1, 1)
+        elif x.shape[1] == 3 and self.in_channels == 1:  # e.g. glyphs weights on colour images
+            x = x.mean(dim=1, keepdim=True)
         h, w = x.shape[-2:]
         if min(h, w) < self.min_size:
             scale = self.min_size / min(h, w)

@@ -62,7 +62,7 @@ def check_weights(name: str, pretrained: str) -> None:
     if pretrained == "imagenet":
         fetch_imagenet(name)
     elif pretrained != "none":
-        _read_state_dict(name, pretrained)
+        read_state_dict(name, pretrained)
 
 
 def _load_imagenet(name: str) -> nn.Module:
@@ -80,7 +80,9 @@ def _load_imagenet(name: str) -> nn.Module:
         ) from err
 
 
-def _read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
+def read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
+    """A state dict for backbone `name` read safely (weights_only); a one-line error (a
+    FileNotFoundError or ValueError) for a file that is missing or holds anything else."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained={path!r} is not a file; {_PRETRAINED_HINT}")
     try:
@@ -121,8 +123,16 @@ def _describe(state: object) -> str:
     return f"a mapping with non-tensor values under {', '.join(others[:3])}"
 
 
-def load_local_state(model: nn.Module, name: str, path: str, source: str = "torchvision's") -> None:
-    state = _read_state_dict(name, path)
+def load_local_state(
+    model: nn.Module,
+    name: str,
+    path: str,
+    source: str = "torchvision's",
+    state: Mapping[str, torch.Tensor] | None = None,
+) -> None:
+    """The state dict at `path` (or `state`, read from it already) loaded into `model`, every
+    key and shape alike; a one-line ValueError naming the file and what differs otherwise."""
+    state = read_state_dict(name, path) if state is None else state
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

@@ -15,7 +15,7 @@ from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
-from bench.runs.config import RunConfig, canonical_preset, untrained_label
+from bench.runs.config import RunConfig, canonical_preset, untrained_label, weights_label
 from bench.util.names import safe_name
 from losses import loss_family
 
@@ -64,6 +64,9 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
     init = metrics.get("untrained_network") or {}
     init = init if isinstance(init, dict) else {}
     warnings = metrics.get("warnings") or []
+    pretrained = metrics.get("pretrained", config.get("pretrained", DEFAULTS.pretrained))
+    # Earlier runs did not record their weights' label: from the setting alone.
+    weights = metrics.get("weights") or config.get("weights") or weights_label(str(pretrained))
     return {
         **{
             k: _scalar(v)
@@ -72,6 +75,7 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
         },
         "warnings": "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings),
         **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
+        "weights": str(weights),
         **{f"param_{k}": _scalar(v) for k, v in sorted(params.items()) if k != "miner"},
         "init_map@r": init.get("map@r"),
         "run": run_dir.name,

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.runs import column_or_nan, format_value, trained_runs
-from bench.runs.config import weights_label
 
-# Column of a run's record -> its name in the setup.
+# Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
+# its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
 SETUP = {
     "backbone": "backbone",
-    "pretrained": "weights",
+    "weights": "weights",
     "input_size": "input",
     "epochs": "epochs",
     "batch_size": "batch",
@@ -21,16 +21,12 @@ SETUP = {
 }
 
 
-def value_text(column: str, value: object) -> str:
-    return weights_label(value) if column == "pretrained" else format_value(value)
-
-
 def field_text(runs: pd.DataFrame, column: str, by: str | None) -> str:
     """A setup field's value among these runs ('-' where none recorded it, as runs of earlier
     versions did not); where it differs, each value with the rows (`by`) that had it:
     'lr 0.001 (nngk, softmax) / 0.01 (contrastive)'."""
     values = column_or_nan(runs, column)
-    texts = values.dropna().map(lambda v: value_text(column, v))
+    texts = values.dropna().map(format_value)
     if texts.nunique() <= 1 or by is None or by not in runs:
         return " / ".join(sorted(set(texts))) or "-"
     rows = runs.loc[texts.index, by].astype(str)

@@ -70,7 +70,10 @@ class RunConfig:
     )
     dims: int = setting(64, "The embedding's size (run --dims).", option=False)
     backbone: str = setting("small_cnn", "The network under the embedding." + PRESET_DEFAULT)
-    pretrained: str = setting("none", "imagenet, none, or a state-dict PATH." + PRESET_DEFAULT)
+    pretrained: str = setting(
+        "none",
+        "imagenet, none, or a state-dict PATH (`nngk-bench pretrain` writes one)." + PRESET_DEFAULT,
+    )
     embedding: str = setting(
         "fc", "fc: a linear layer after the backbone; gap: its global average pooling."
     )
@@ -155,13 +158,52 @@ class RunConfig:
         return f"{dataset}-{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
 
 
-def weights_label(pretrained: str) -> str:
-    """How a run's weights read: 'random init', 'ImageNet', or a local weights file's name."""
+def provenance_path(weights: str | Path) -> Path:
+    """Where `nngk-bench pretrain` writes what a weights file holds: beside it, NAME.json."""
+    return Path(weights).with_suffix(".json")
+
+
+def read_provenance(weights: str) -> dict[str, Any]:
+    """The provenance beside a weights file; {} where there is none, it does not read, or it
+    is of other weights (its sha256 is not the file's)."""
+    try:
+        record = json.loads(provenance_path(weights).read_text())
+        digest = hashlib.sha256(Path(weights).read_bytes()).hexdigest()
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) and record.get("sha256") == digest else {}
+
+
+def provenance_label(record: dict[str, Any]) -> str:
+    """'small_cnn pretrained on glyphs 1000-1999' (and the glyphs seed where it is not 0); ''
+    for a record that does not say."""
+    try:
+        first, last = (int(i) for i in record["classes"])
+        seed, backbone = int(record.get("glyphs_seed", 0)), str(record["backbone"])
+    except (KeyError, TypeError, ValueError):
+        return ""
+    of_seed = f" of seed {seed}" if seed else ""
+    return f"{backbone} pretrained on glyphs {first}-{last}{of_seed}"
+
+
+def weights_label(pretrained: str, provenance: dict[str, Any] | None = None) -> str:
+    """How a run's weights read: 'random init', 'ImageNet', or for a local weights file what
+    its `provenance` says it is ('small_cnn pretrained on glyphs 1000-1999'), else its name."""
     if pretrained == "none":
         return "random init"
-    return "ImageNet" if pretrained == "imagenet" else Path(pretrained).name
+    if pretrained == "imagenet":
+        return "ImageNet"
+    return provenance_label(provenance or {}) or Path(pretrained).name
 
 
-def untrained_label(backbone: str, pretrained: str) -> str:
-    """The untrained-network baseline's row name, e.g. 'untrained small_cnn (random init)'."""
-    return f"untrained {backbone} ({weights_label(pretrained)})"
+def current_weights_label(pretrained: str) -> str:
+    """`weights_label` with the provenance beside the weights file as it is now: what a run
+    records (`weights` in its metrics.json), so that its report need not find the file."""
+    given = pretrained not in ("none", "imagenet")
+    return weights_label(pretrained, read_provenance(pretrained) if given else None)
+
+
+def untrained_label(backbone: str, pretrained: str, weights: str = "") -> str:
+    """The untrained-network baseline's row name, e.g. 'untrained small_cnn (random init)';
+    `weights`: the weights' label, where it is known (else `weights_label(pretrained)`)."""
+    return f"untrained {backbone} ({weights or weights_label(pretrained)})"

@@ -15,7 +15,7 @@ from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.runs import store
-from bench.runs.config import RunConfig, untrained_label
+from bench.runs.config import RunConfig, current_weights_label, untrained_label
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
 from bench.util.atomic import atomic_save_npz, atomic_write_json
@@ -27,6 +27,9 @@ BASELINE = "untrained"  # the loss name of both baseline rows
 
 
 def run_summary(cfg: RunConfig, **extra) -> dict:
+    """What metrics.json records of a run's settings (`extra` added or replacing), with its
+    weights' label as their provenance gives it now (`weights`; the report reads it)."""
+    weights = extra.pop("weights", None) or current_weights_label(cfg.pretrained)
     return {
         "dataset": cfg.dataset,
         "protocol": cfg.protocol,
@@ -37,6 +40,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "seed": cfg.seed,
         "backbone": cfg.backbone,
         "pretrained": cfg.pretrained,
+        "weights": weights,
         "embedding": cfg.embedding,
         "freeze_backbone": cfg.freeze_backbone,
         "train_per_class": cfg.train_per_class,
@@ -99,7 +103,7 @@ def run_baseline(
     model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
     settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
     net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
-    label = untrained_label(cfg.backbone, cfg.pretrained)
+    label = untrained_label(cfg.backbone, cfg.pretrained, current_weights_label(cfg.pretrained))
 
     def features() -> np.ndarray:
         return embed(model, data.test, device, features=True, workers=cfg.workers)[0].numpy()

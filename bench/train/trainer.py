@@ -18,7 +18,7 @@ from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
-from bench.runs.config import RunConfig, weights_label
+from bench.runs.config import RunConfig, current_weights_label
 from bench.train.baseline import run_summary
 from bench.train.checkpoint import load_checkpoint, save_checkpoint
 from bench.train.distributed import (
@@ -76,10 +76,11 @@ class Trainer:
         self.protocol = get_protocol(cfg.protocol)  # what validation and test add, the score
         self.evaluations = evaluations_of(self.protocol.evaluations)
         check_run(cfg, self.data, self.ranks.world)
+        self.weights = current_weights_label(cfg.pretrained)  # recorded: `weights`
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
             f"{self.name}: {counts} training/validation/test items; building "
-            f"{cfg.backbone} ({weights_label(cfg.pretrained)}) with a {cfg.dims}-d {cfg.embedding} "
+            f"{cfg.backbone} ({self.weights}) with a {cfg.dims}-d {cfg.embedding} "
             f"embedding for {cfg.loss} on {self.device}"
         )
         self.model = build_model(
@@ -108,6 +109,7 @@ class Trainer:
         return {
             **self.cfg.to_dict(),
             "run_id": self.name,
+            "weights": self.weights,
             "resolved_loss_params": params,
             "versions": package_versions(),
             "device": str(self.device),
@@ -303,7 +305,10 @@ class Trainer:
     def finish_validation(self, progress: dict) -> dict:
         """A tuning trial's metrics.json: its best validation score and its settings."""
         summary = run_summary(
-            self.cfg, best_epoch=progress["best"]["epoch"], optimizer=self.optimizer_text()
+            self.cfg,
+            best_epoch=progress["best"]["epoch"],
+            optimizer=self.optimizer_text(),
+            weights=self.weights,
         )
         return self.write_metrics(progress, summary)
 
@@ -342,6 +347,7 @@ class Trainer:
                 self.cfg,
                 best_epoch=best["epoch"],
                 optimizer=self.optimizer_text(),
+                weights=self.weights,
                 untrained_network=progress["untrained_network"],
                 loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
                 input_size=input_size(self.data),

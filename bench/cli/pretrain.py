@@ -1,0 +1,58 @@
+"""`nngk-bench pretrain`: a backbone trained with softmax on glyphs classes disjoint from the
+benchmark's, written as a state dict for `run --pretrained PATH`, with its provenance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from bench.cli.options import DEVICE, POSITIVE
+from bench.data.names import PRETRAIN_SOURCE
+from bench.models.choices import PRETRAIN_BACKBONES
+
+
+@click.command()
+@click.option(
+    "--dataset",
+    default=PRETRAIN_SOURCE,
+    show_default=True,
+    help="The glyphs source: classes the benchmark (glyphs, classes 0-199 of seed 0) never "
+    "sees, e.g. glyphs:first=1000,classes=1000 (classes 1000-1999).",
+)
+@click.option(
+    "--backbone", type=click.Choice(PRETRAIN_BACKBONES), default="small_cnn", show_default=True
+)
+@click.option("--epochs", type=POSITIVE, default=10, show_default=True)
+@click.option("--lr", type=float, default=0.05, show_default=True, help="SGD, cosine schedule.")
+@click.option("--batch-size", type=POSITIVE, default=128, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The state dict (default: weights/BACKBONE-glyphs.pt); its provenance goes beside it, "
+    "with the suffix .json.",
+)
+@DEVICE
+def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, device):
+    """Pretrain a backbone with softmax on glyphs classes disjoint from the benchmark's, for
+    `run --pretrained PATH`: its state dict, and beside it its provenance (source and class
+    range, settings, held-out accuracy per epoch, sha256)."""
+    out = out or Path("weights") / f"{backbone}-glyphs.pt"
+    if out.suffix == ".json":
+        raise click.ClickException(f"--out {out}: the provenance takes the name .json; give .pt")
+    from bench.cli.training import checked_device
+    from bench.train.pretrain import PretrainConfig
+    from bench.train.pretrain import pretrain as run_pretrain
+
+    cfg = PretrainConfig(dataset, backbone, epochs, lr, batch_size, seed)
+    try:
+        record = run_pretrain(cfg, out, checked_device(device))
+    except (ValueError, RuntimeError) as err:
+        raise click.ClickException(str(err).splitlines()[0]) from None
+    accuracy = record["val_accuracy"][-1]
+    click.echo(
+        f"{out}: {record['label']}, held-out accuracy {accuracy:.3f} (sha256 "
+        f"{record['sha256'][:12]}; provenance {out.with_suffix('.json')})"
+    )
