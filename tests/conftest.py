@@ -1,8 +1,10 @@
 """What the tests share: the command line called in this process, a run that trains in seconds,
-and the built-in glyphs set's baselines evaluated once for the whole session."""
+the built-in glyphs set's baselines evaluated once for the whole session, and a study's storage
+(SQLite, or a PostgreSQL server of the session's own)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -42,3 +44,31 @@ def glyphs_baselines(tmp_path_factory) -> Path:
     (cfg,) = make_configs("glyphs", "contrastive", (16,), {}, seed=0)
     run_baseline(cfg, results)
     return results
+
+
+@pytest.fixture(scope="session")
+def postgresql_server():
+    """A PostgreSQL server for the session (tests/fixtures/postgresql.py), stopped at its end.
+    Where none can start, the tests that need it are skipped naming what is missing, or fail
+    where NNGK_REQUIRE_POSTGRESQL is set (CI), so that they cannot pass unrun."""
+    from tests.fixtures.postgresql import REQUIRE, Unavailable, start_server
+
+    try:
+        server = start_server()
+    except Unavailable as why:
+        if os.environ.get(REQUIRE):
+            pytest.fail(f"no PostgreSQL server for the tests ({REQUIRE} is set): {why}")
+        pytest.skip(f"no PostgreSQL server for the tests: {why}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def storage(request, tmp_path) -> str:
+    """A study's storage URL: the default SQLite file under tmp_path, or a new database on the
+    session's PostgreSQL server (workers on several machines share one such server)."""
+    if request.param == "sqlite":
+        from bench.tune.study import default_storage
+
+        return default_storage(tmp_path)
+    return request.getfixturevalue("postgresql_server").new_database()

@@ -63,28 +63,42 @@ def test_slurm_parameters_reach_the_executor(tmp_path, monkeypatch):
     }  # fmt: skip
 
 
-def test_tune_with_the_local_executor_shares_one_study_between_its_jobs(tmp_path):
-    from tests.test_tune import complete, studies
+def test_tune_with_the_local_executor_shares_one_study_between_its_jobs(tmp_path, monkeypatch):
+    from tests.test_tune import complete, retrained, studies
 
-    args = "tune --loss contrastive --dataset digits --dims 8 --trials 3 --epochs 1 --no-retrain"
+    calls = retrained(monkeypatch)
+    args = "tune --loss contrastive --dataset digits --dims 8 --trials 3 --epochs 1 --seeds 0,1"
     out = cli(*args.split(), "--executor", "local", "--results", tmp_path)
     assert out.exit_code == 0, out.output
     trials = complete(studies(tmp_path, "contrastive", 3, 1))
     assert len(trials) == 3 and len({tuple(t.params.items()) for t in trials}) == 3
     assert "2 job(s) submitted" in out.output
+    # The best settings retrained once by the command, not once by each of its jobs.
+    assert calls == [[("contrastive", 0, "tuned"), ("contrastive", 1, "tuned")]]
 
 
-def test_workers_that_race_to_create_the_study_try_again(tmp_path, monkeypatch):
-    from sqlalchemy.exc import IntegrityError
+# What the loser of the race gets: SQLite's unique constraint, or PostgreSQL's type made by
+# the winner a moment before (both seen with concurrent workers on a fresh database).
+RACE_ERRORS = {
+    "unique": ("INSERT INTO alembic_version", "UNIQUE constraint failed"),
+    "duplicate-type": ("CREATE TYPE studydirection", 'type "studydirection" already exists'),
+}
+
+
+@pytest.mark.parametrize("race", RACE_ERRORS)
+def test_workers_that_race_to_create_the_study_try_again(tmp_path, monkeypatch, race):
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
 
     from bench.tune import study
 
     real, calls = study.create_or_load, []
+    kind = IntegrityError if race == "unique" else ProgrammingError
 
     def racing(*args):
         calls.append(args)
         if len(calls) == 1:
-            raise IntegrityError("INSERT INTO alembic_version", {}, Exception("UNIQUE"))
+            sql, message = RACE_ERRORS[race]
+            raise kind(sql, {}, Exception(message))
         return real(*args)
 
     monkeypatch.setattr(study, "create_or_load", racing)

@@ -1,18 +1,22 @@
 """`tune`: the same budget for every loss, validation only, resumable after kill -9, shared by
-several processes without duplicate trials, then retrained with seeds and reported."""
+several processes without duplicate trials, then retrained with seeds and reported. What
+workers share is tested on SQLite and on a PostgreSQL server (the `storage` fixture)."""
 
+import importlib
 import json
 import os
+import re
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 
 import optuna
 import pandas as pd
+from optuna.storages import RetryHeartbeatStaleTrialCallback
+from optuna.trial import TrialState
 
-from bench.tune.study import TuneSetup, open_study
+from bench.tune.study import TuneSetup, default_storage, open_study
 from tests.conftest import cli
 
 BUDGET = ["--dataset", "digits", "--dims", "8"]
@@ -22,10 +26,10 @@ def tune_args(results, *extra):
     return ["tune", *BUDGET, "--results", str(results), *extra]
 
 
-def studies(results, loss, trials, epochs):
+def studies(results, loss, trials, epochs, url=None):
+    """The study as `tune` keeps it: in `url`, by default the SQLite file under `results`."""
     setup = TuneSetup("digits", 8, trials, epochs)
-    url = f"sqlite:///{results / 'tune' / 'studies.db'}"
-    return open_study(setup, loss, url)
+    return open_study(setup, loss, url or default_storage(results))
 
 
 def complete(study):
@@ -58,17 +62,6 @@ def test_tune_searches_on_validation_then_retrains_and_reports(tmp_path):
     assert "- `tuning-<study>-history.png`: Optuna" in (tmp_path / "rep" / "README.md").read_text()
 
 
-def completed_in_db(results) -> int:
-    db = results / "tune" / "studies.db"
-    if not db.exists():
-        return 0
-    try:
-        with sqlite3.connect(db) as con:
-            return con.execute("select count(*) from trials where state = 'COMPLETE'").fetchone()[0]
-    except sqlite3.Error:
-        return 0
-
-
 def contrastive_tune(results, trials, epochs, *extra):
     """`tune` of the contrastive loss alone: `trials` trials of `epochs` epochs, no retraining."""
     args = ["--loss", "contrastive", "--trials", str(trials), "--epochs", str(epochs)]
@@ -80,41 +73,74 @@ def start_tune(results, trials, epochs, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path):
-    proc = start_tune(tmp_path, 3, 2)
+def mid_second_trial(results) -> bool:
+    """One trial's run finished and the next one's past an epoch: a checkpoint, no metrics (the
+    checkpoint looked at first: the run was unfinished after it was seen)."""
+    runs = list((results / "tune" / "trials").glob("*"))
+    started = [r for r in runs if (r / "checkpoint.pt").is_file()]
+    return any(not (r / "metrics.json").is_file() for r in started) and any(
+        (r / "metrics.json").is_file() for r in runs
+    )
+
+
+def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, storage):
+    proc = start_tune(tmp_path, 2, 3, "--storage", storage)
     deadline = time.time() + 120
-    while completed_in_db(tmp_path) < 1 and time.time() < deadline:
-        time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGKILL)
+    while not mid_second_trial(tmp_path) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)  # mid-trial: the second trial's run has a checkpoint
     proc.wait()
-    done_before = {t.number: t.value for t in complete(studies(tmp_path, "contrastive", 3, 2))}
-    assert 1 <= len(done_before) < 3
+    study = studies(tmp_path, "contrastive", 2, 3, storage)
+    done_before = {t.number: t.value for t in complete(study)}
+    (killed,) = study.get_trials(states=(TrialState.RUNNING,))
+    assert len(done_before) == 1
     time.sleep(1.5)  # past the grace period below: the killed trial is failed and retried
-    # The same command again, in this process: the resume reads only what the killed process
-    # left in the study's database (a second interpreter would only import torch again).
-    resumed = cli(*contrastive_tune(tmp_path, 3, 2, "--grace", "1"))
+    # The same command again, in this process: another worker that reads only what the killed
+    # one left in the study's database (a second interpreter would only import torch again).
+    resumed = cli(*contrastive_tune(tmp_path, 2, 3, "--storage", storage, "--grace", "1"))
     assert resumed.exit_code == 0, resumed.output
-    study = studies(tmp_path, "contrastive", 3, 2)
+    study = studies(tmp_path, "contrastive", 2, 3, storage)
     finished = complete(study)
     states = [(t.number, t.state.name, t.params) for t in study.trials]
-    assert len(finished) == 3, states  # (once 2 here in a loaded full suite; not reproduced)
-    assert {n: v for n, v in ((t.number, t.value) for t in finished) if n in done_before} == (
-        done_before
-    )
-    params = [tuple(sorted(t.params.items())) for t in finished]
-    assert len(set(params)) == 3  # no trial done twice
+    assert len(finished) == 2, states
+    assert {t.number: t.value for t in finished if t.number in done_before} == done_before
+    (retry,) = [t for t in finished if t.number not in done_before]
+    assert study.trials[killed.number].state == TrialState.FAIL, states
+    assert RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == killed.number
+    assert retry.params == killed.params  # the same run folder, resumed:
+    assert re.search(r"resuming after epoch [12] of 3", resumed.output), resumed.output
+    assert len({tuple(sorted(t.params.items())) for t in finished}) == 2  # none done twice
 
 
-def test_two_processes_share_one_study_without_duplicates(tmp_path):
-    (tmp_path / "tune").mkdir()
-    studies(tmp_path, "contrastive", 4, 1)  # created once, before the workers race for it
-    workers = [start_tune(tmp_path, 4, 1) for _ in range(2)]
+def retrained(monkeypatch) -> list[list[tuple]]:
+    """What `tune` hands over to be retrained, each time, as (loss, seed, preset) per run:
+    recorded instead of trained (the first test here trains them)."""
+    calls = []
+
+    def submit_runs(configs, results, dispatch):
+        calls.append([(cfg.loss, cfg.seed, cfg.preset) for cfg in configs])
+
+    monkeypatch.setattr(importlib.import_module("bench.cli.tune"), "submit_runs", submit_runs)
+    return calls
+
+
+def test_two_processes_share_one_study_without_duplicates(tmp_path, storage, monkeypatch):
+    studies(tmp_path, "contrastive", 4, 1, storage)  # created before the workers race for it
+    workers = [start_tune(tmp_path, 4, 1, "--storage", storage) for _ in range(2)]
     assert [w.wait(timeout=300) for w in workers] == [0, 0]
-    finished = complete(studies(tmp_path, "contrastive", 4, 1))
+    study = studies(tmp_path, "contrastive", 4, 1, storage)
+    finished, trials_made = complete(study), len(study.trials)  # beside them, pruned ones
     assert len(finished) == 4
     assert len({tuple(sorted(t.params.items())) for t in finished}) == 4
     trials = pd.DataFrame([t.params for t in finished])
     assert trials["lr"].between(1e-4, 1e-1).all()
+    # Then one command retrains the best settings once (docs/tuning.md), running no trial.
+    calls = retrained(monkeypatch)
+    args = ["--loss", "contrastive", "--trials", "4", "--epochs", "1", "--seeds", "0,1"]
+    final = cli(*tune_args(tmp_path, *args, "--storage", storage))
+    assert final.exit_code == 0, final.output
+    assert len(studies(tmp_path, "contrastive", 4, 1, storage).trials) == trials_made
+    assert calls == [[("contrastive", 0, "tuned"), ("contrastive", 1, "tuned")]]
 
 
 def test_a_trial_that_diverges_at_once_scores_zero_and_the_study_goes_on(tmp_path, monkeypatch):
@@ -134,3 +160,49 @@ def test_a_trial_that_diverges_at_once_scores_zero_and_the_study_goes_on(tmp_pat
     assert out.exit_code == 0, out.output
     assert [t.value for t in complete(studies(tmp_path, "softmax", 2, 1))] == [0.0, 0.0]
     assert "before any epoch finished" in out.output and "the trial scores 0" in out.output
+
+
+def test_two_trials_started_at_once_for_the_last_place_run_one_and_prune_one(tmp_path):
+    from bench.tune.study import budget_taken
+
+    study = studies(tmp_path, "contrastive", 2, 1)
+    first = study.ask()
+    study.tell(first, 0.5)
+    one, other = study.ask(), study.ask()  # two workers' trials, started together
+    assert not budget_taken(one, 2) and budget_taken(other, 2)
+
+
+def test_a_missing_driver_is_one_line_naming_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # `import psycopg` fails: not installed
+    url = "postgresql://nngk:s3cret@db.example:5432/studies"
+    expected = (
+        "Error: --storage postgresql://nngk:***@db.example:5432/studies needs the database "
+        'driver psycopg, not installed: pip install -e ".[cluster]" (the package psycopg[binary])'
+    )
+    for executor in ("none", "local"):  # the workers' study opened here first, or the study
+        out = cli(*contrastive_tune(tmp_path, 1, 1, "--storage", url, "--executor", executor))
+        assert out.exit_code == 1 and out.output.strip() == expected, out.output
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(tmp_path):
+    from tests.fixtures.postgresql import free_port
+
+    port = free_port()  # nothing listens on it
+    url = f"postgresql://nngk:s3cret@127.0.0.1:{port}/studies"
+    out = cli(*contrastive_tune(tmp_path, 1, 1, "--storage", url))
+    assert out.exit_code == 1 and "s3cret" not in out.output
+    (line,) = out.output.strip().splitlines()
+    shown = f"postgresql://nngk:***@127.0.0.1:{port}/studies"
+    assert line.startswith(f"Error: the study's database {shown} cannot be used: "), line
+    assert "Connection refused" in line, line
+    assert f"check that the server is running and reachable at 127.0.0.1:{port}" in line, line
+
+
+def test_refused_credentials_are_one_line_without_the_password(tmp_path, postgresql_server):
+    url = postgresql_server.url("postgres", password="wrong-s3cret")
+    out = cli(*contrastive_tune(tmp_path, 1, 1, "--storage", url))
+    assert out.exit_code == 1 and "wrong-s3cret" not in out.output
+    (line,) = out.output.strip().splitlines()
+    assert 'password authentication failed for user "nngk"' in line, line
+    assert "the user name and password" in line, line

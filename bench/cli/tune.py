@@ -81,7 +81,10 @@ def tune(
     url = storage or default_storage(results)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
-            open_study(setup, name, url)
+            try:
+                open_study(setup, name, url)
+            except ValueError as err:  # the URL, its driver or its server
+                raise click.ClickException(first_line(err)) from None
         executor = dispatch.submitit_executor(results)
         workers = [
             executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)

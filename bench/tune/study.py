@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
@@ -32,6 +31,7 @@ from bench.train.guards import DivergedAtStart
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
+from bench.tune.storage import rdb_storage, storage_errors
 from bench.util.atomic import atomic_write_json
 from bench.util.names import safe_name
 from bench.util.progress import log
@@ -42,7 +42,6 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 # Searched for every loss, beside the loss's own `search_space`.
 COMMON_SPACE = {"lr": ("log", 1e-4, 1e-1), "weight_decay": ("log", 1e-6, 1e-2)}
-HEARTBEAT_S = 10
 
 
 @dataclass(frozen=True)
@@ -77,26 +76,23 @@ def default_storage(results: Path) -> str:
 
 def open_study(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
     """The loss's study, created if new. Workers that start together may race to create the
-    database's tables or the study (a unique-constraint error for the loser): it tries again."""
-    from sqlalchemy.exc import IntegrityError
+    database's tables or the study (a unique-constraint error for the loser, or on PostgreSQL
+    a type or table that already exists): it tries again."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
 
-    for attempt in range(2):
-        try:
-            return create_or_load(setup, loss, storage_url)
-        except IntegrityError:
-            time.sleep(1 + attempt)
-    return create_or_load(setup, loss, storage_url)
+    with storage_errors(storage_url):
+        for attempt in range(2):
+            try:
+                return create_or_load(setup, loss, storage_url)
+            except (IntegrityError, ProgrammingError):
+                time.sleep(1 + attempt)
+        return create_or_load(setup, loss, storage_url)
 
 
 def create_or_load(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Study:
     if storage_url.startswith("sqlite:///"):
         Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    storage = RDBStorage(
-        storage_url,
-        heartbeat_interval=HEARTBEAT_S,
-        grace_period=setup.grace_s,
-        heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
-    )
+    storage = rdb_storage(storage_url, setup.grace_s)
     sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=setup.seed)
     return optuna.create_study(
         study_name=setup.study_name(loss),
@@ -171,32 +167,35 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path):
 
 
 def budget_taken(trial: optuna.Trial, trials: int) -> bool:
-    states = (TrialState.COMPLETE, TrialState.RUNNING)
-    taken = [
-        t for t in trial.study.get_trials(deepcopy=False, states=states) if t.number != trial.number
-    ]
-    return len(taken) >= trials
+    """Whether the trials before this one (done or under way) fill the budget. Only those
+    before it: two workers that start the last trial at once then run one, not prune both."""
+    return len(earlier(trial)) >= trials
 
 
 def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
-    others = trial.study.get_trials(
-        deepcopy=False, states=(TrialState.COMPLETE, TrialState.RUNNING)
-    )
-    return any(t.number != trial.number and t.params == params for t in others)
+    return any(t.params == params for t in earlier(trial))
+
+
+def earlier(trial: optuna.Trial) -> list[optuna.trial.FrozenTrial]:
+    """The study's complete or running trials numbered before `trial`."""
+    states = (TrialState.COMPLETE, TrialState.RUNNING)
+    found = trial.study.get_trials(deepcopy=False, states=states)
+    return [t for t in found if t.number < trial.number]
 
 
 def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> optuna.Study:
     """Run this process's share of the study's trials, until the study has `trials` complete
     ones (with other processes on the same study, between them)."""
     study = open_study(setup, loss, storage_url)
-    done = count_complete(study)
-    if done < setup.trials:
-        log.info(f"{study.study_name}: {done} of {setup.trials} trials done; going on")
-        study.optimize(
-            objective(setup, loss, Path(results) / "tune" / "trials"),
-            n_trials=setup.trials,
-            callbacks=[MaxTrialsCallback(setup.trials, states=(TrialState.COMPLETE,))],
-        )
+    with storage_errors(storage_url):  # the server lost while the trials run
+        done = count_complete(study)
+        if done < setup.trials:
+            log.info(f"{study.study_name}: {done} of {setup.trials} trials done; going on")
+            study.optimize(
+                objective(setup, loss, Path(results) / "tune" / "trials"),
+                n_trials=setup.trials,
+                callbacks=[MaxTrialsCallback(setup.trials, states=(TrialState.COMPLETE,))],
+            )
     return study
 
 

@@ -1,0 +1,85 @@
+"""The database a study lives in (`tune --storage`), and the one line that says why it cannot be
+used: the URL not a database URL, its driver not installed, or the server not reached. The line
+names the URL with its password hidden."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+
+from bench.util.errors import first_line
+
+HEARTBEAT_S = 10
+# What installs the driver SQLAlchemy (2.1 and later) loads for `postgresql://`.
+DRIVERS = {"psycopg": 'pip install -e ".[cluster]" (the package psycopg[binary])'}
+
+
+class StorageError(ValueError):
+    """A study's database that cannot be used, in one line."""
+
+
+def rdb_storage(url: str, grace_s: int) -> RDBStorage:
+    """Optuna's storage at `url`, with heartbeats: a RUNNING trial silent for `grace_s` seconds
+    is failed and retried (up to 3 times) with the same parameters."""
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return RDBStorage(
+            url,
+            heartbeat_interval=HEARTBEAT_S,
+            grace_period=grace_s,
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+        )
+    except ArgumentError as err:
+        raise StorageError(f"--storage {shown(url)}: {first_line(err)}") from None
+    except ImportError as err:
+        raise StorageError(missing_driver(url, err)) from None
+
+
+@contextmanager
+def storage_errors(url: str) -> Iterator[None]:
+    """A database error while opening or using the study (the server down or unreachable, the
+    credentials refused, the database missing or not writable) as one StorageError line."""
+    from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+
+    try:
+        yield
+    except (OperationalError, InterfaceError, ProgrammingError) as err:
+        raise StorageError(unreachable(url, err)) from None
+
+
+def shown(url: str) -> str:
+    """The URL as it may be printed: its password, if any, as ***."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: nothing in it to hide
+        return url
+
+
+def missing_driver(url: str, err: ImportError) -> str:
+    module = getattr(err.__cause__, "name", None) or err.name or "its driver"
+    install = DRIVERS.get(module, f"install the Python module {module}")
+    return f"--storage {shown(url)} needs the database driver {module}, not installed: {install}"
+
+
+def unreachable(url: str, err: Exception) -> str:
+    """'the study's database URL cannot be used: WHY; check ...', without the password."""
+    from sqlalchemy.engine import make_url
+
+    why = first_line(getattr(err, "orig", None) or err)
+    parsed = make_url(url)
+    if parsed.password:
+        why = why.replace(str(parsed.password), "***")
+    if parsed.get_backend_name() == "sqlite":
+        check = "that its folder exists and can be written, on a local disk"
+    else:
+        where = f"{parsed.host or 'localhost'}:{parsed.port or 'the default port'}"
+        check = (
+            f"that the server is running and reachable at {where}, the user name and password, "
+            f"and that the database {parsed.database} exists and the user may create tables in it"
+        )
+    return f"the study's database {shown(url)} cannot be used: {why}; check {check}"
