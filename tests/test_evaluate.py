@@ -5,8 +5,8 @@ from sklearn.datasets import load_digits
 from sklearn.metrics import normalized_mutual_info_score
 
 from bench.evaluation.clustering import nmi, nmi_best_of
-from bench.evaluation.metrics import evaluate
-from bench.evaluation.retrieval import map_at_r, recall_at_k
+from bench.evaluation.metrics import evaluate, evaluate_gallery
+from bench.evaluation.retrieval import gallery_scores, map_at_r, recall_at_k
 from bench.util.knn import knn, search
 
 # Five points on a line: labels a a b b a.
@@ -134,3 +134,41 @@ def test_nmi_is_pmls_single_kmeans_run_and_best_of_5_is_kept_beside_it():
     assert metrics["nmi"] == pytest.approx(pml["NMI"], abs=1e-12)
     assert metrics["nmi_best_of_5"] == pytest.approx(nmi_best_of(emb, labels, 0, 5))
     assert {"nmi", "nmi_best_of_5"}.isdisjoint(evaluate(emb, labels, clustering=False))
+
+
+# Queries and a gallery on a line; gallery labels: 0 0 1 1 1 2.
+GALLERY = np.array([[0.0], [1.0], [2.0], [5.0], [6.0], [9.0]], dtype=np.float32)
+GALLERY_LABELS = np.array([0, 0, 1, 1, 1, 2])
+QUERIES = np.array([[0.4], [5.4], [1.4], [20.0]], dtype=np.float32)
+QUERY_LABELS = np.array([0, 1, 1, 3])
+
+
+@pytest.mark.parametrize("chunk", [1, 3, None])
+def test_gallery_scores_by_hand(chunk):
+    scores = gallery_scores(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, chunk)
+    # q0 (R=2): 0.0 a, 1.0 a -> AP 1; q1 (R=3): 5 b, 6 b, 2 b -> 1; q2 (R=3): 1.0 a, 2.0 b,
+    # 0.0 a -> (1/2) / 3; q3: class 3 has no gallery item -> no score
+    assert scores["map@r"][:3].tolist() == [1.0, 1.0, pytest.approx(1 / 6)]
+    assert scores["recall@1"][:3].tolist() == [1.0, 1.0, 0.0]
+    assert scores["recall@2"][:3].tolist() == [1.0, 1.0, 1.0]
+    assert all(np.isnan(scores[key][3]) for key in ("recall@1", "recall@8", "map@r"))
+    metrics = evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, chunk)
+    assert metrics["recall@1"] == pytest.approx(2 / 3)
+    assert metrics["map@r"] == pytest.approx((1 + 1 + 1 / 6) / 3)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, None])
+def test_gallery_evaluation_matches_pml_with_a_reference_set(chunk):
+    """In-Shop's protocol: queries searched in the gallery only. PML leaves out queries whose
+    class has no gallery item, and so do we (their scores are NaN)."""
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 40, 400) ** 2 // 40  # classes of 1 to 50 items
+    x = (rng.normal(size=(400, 16)) + 0.4 * rng.normal(size=(40, 16))[labels]).astype(np.float32)
+    in_gallery = rng.random(400) < 0.5
+    query, gallery = x[~in_gallery], x[in_gallery]
+    ours = evaluate_gallery(query, labels[~in_gallery], gallery, labels[in_gallery], chunk)
+    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
+    theirs = calc.get_accuracy(query, labels[~in_gallery], gallery, labels[in_gallery], False)
+    assert not np.isin(labels[~in_gallery], labels[in_gallery]).all()  # some queries left out
+    assert ours["recall@1"] == pytest.approx(theirs["precision_at_1"])
+    assert ours["map@r"] == pytest.approx(theirs["mean_average_precision_at_r"])

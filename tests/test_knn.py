@@ -13,6 +13,7 @@ import pytest
 from bench.util import knn as knn_module
 from bench.util.knn import (
     GPU_MAX_K,
+    FlatSearch,
     approximate_knn,
     ivf_knn,
     kmeans_assign,
@@ -205,6 +206,21 @@ def test_the_gpu_keeps_to_its_limit_of_2048_results_and_probes(monkeypatch):
     assert idx.shape == (3, GPU_MAX_K + 1) and fake.moved == []  # searched on the CPU
     ivf_knn(x, 3, nlist=GPU_MAX_K + 50, nprobe=GPU_MAX_K + 50)
     assert fake.moved == ["IndexIVFFlat"] and fake.nprobes == [GPU_MAX_K]
+
+
+def test_a_chunked_search_copies_its_base_to_the_gpu_once(monkeypatch):
+    """The evaluator's chunks share one GPU index; a chunk that asks for more than 2,048
+    neighbours is searched by a CPU index beside it, with the exact search's results."""
+    fake = FakeGpu(monkeypatch)
+    monkeypatch.delenv("NNGK_FAISS_GPU", raising=False)
+    x = clustered(GPU_MAX_K + 60, 2, clusters=3)
+    flat = FlatSearch(x, len(x))
+    found = [flat(x[start : start + 10], 5)[1] for start in (0, 10, 20)]
+    assert fake.moved == ["IndexFlatL2"]
+    assert np.array_equal(np.concatenate(found), search(x, x[:30], 5)[1])  # its own GPU index
+    _, idx = flat(x[:3], GPU_MAX_K + 1)
+    assert idx.shape == (3, GPU_MAX_K + 1) and fake.moved == ["IndexFlatL2"] * 2
+    assert np.array_equal(idx, search(x, x[:3], GPU_MAX_K + 1)[1])
 
 
 def test_run_takes_the_nngk_index_and_records_the_neighbour_recall(tmp_path):

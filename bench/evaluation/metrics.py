@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.evaluation.clustering import nmi, nmi_best_of
-from bench.evaluation.retrieval import RECALL_KS, map_at_r, recall_at_k
-from bench.util.knn import knn
+from bench.evaluation.retrieval import RECALL_KS, gallery_scores, query_scores
 
 METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
 
@@ -20,19 +19,32 @@ def evaluate(
     seed: int = 0,
     clustering: bool = True,
     best_of: bool = True,
+    chunk: int | None = None,
 ) -> dict:
     """All retrieval and clustering metrics of one embedding of a labelled set: NMI of one
     k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
-    `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only."""
+    `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only.
+    `chunk`: queries searched at a time (default: `retrieval.chunk_rows`)."""
     labels = np.asarray(labels)
-    _, counts = np.unique(labels, return_counts=True)
-    k = max(max(RECALL_KS), int(counts.max()) - 1)
-    _, idx = knn(embeddings, k)
-    neighbour_labels = labels[idx]
-    metrics = recall_at_k(neighbour_labels, labels)
+    scores = query_scores(embeddings, labels, chunk)
+    metrics = {f"recall@{k}": float(scores[f"recall@{k}"].mean()) for k in RECALL_KS}
     if clustering:
         metrics["nmi"] = nmi(embeddings, labels)
     if clustering and best_of:
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF)
-    metrics["map@r"] = map_at_r(neighbour_labels, labels)
+    metrics["map@r"] = float(np.nanmean(scores["map@r"]))
     return metrics
+
+
+def evaluate_gallery(
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    gallery: np.ndarray,
+    gallery_labels: np.ndarray,
+    chunk: int | None = None,
+) -> dict:
+    """R@K and MAP@R of queries searched in a separate gallery (In-Shop's protocol): R is the
+    number of gallery items of the query's class, and queries whose class has none are left out,
+    as PML's AccuracyCalculator does (`reference=`, `ref_includes_query=False`)."""
+    scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk)
+    return {key: float(np.nanmean(values)) for key, values in scores.items()}

@@ -1,14 +1,28 @@
-"""The common evaluator: Recall@K, NMI and MAP@R from one faiss kNN search."""
+"""The common evaluator's retrieval metrics: Recall@K and MAP@R from exact faiss kNN search.
+
+Queries are searched and scored in chunks (`query_scores`, `gallery_scores`): a chunk's search
+asks for as many neighbours as its own queries need (the largest R among them, at least
+max(RECALL_KS)), and only each query's scores are kept, so memory is set by the chunk and the
+largest class, never by N x N or N x (largest class).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-from bench.util.knn import knn
+from bench.util.knn import QUERY_BLOCK, FlatSearch, drop_self_ids, knn, query_chunks
 
 RECALL_KS = (1, 2, 4, 8)
 MPREC_MAX_K = 50  # Sharma et al. 2015 reports mprec@K for K = 1..50
 MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
+# Queries per chunk: faiss's own query block, so that chunks get the distances one search of
+# every query gets (bench.util.knn.FlatSearch) ...
+CHUNK_ROWS = QUERY_BLOCK
+# ... unless rows x neighbours searched would pass this (~300 MB with faiss's buffers: a
+# class of more than 2,048 items makes chunks of fewer queries).
+CHUNK_CELLS = 2**23
 
 
 def recall_at_k(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
@@ -21,8 +35,12 @@ def recall_at_k(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) 
 
 def query_hits(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
     """recall@K of each query (1.0 or 0.0): whether a same-label item is among its K nearest."""
-    hits = neighbour_labels == labels[:, None]
-    return {k: hits[:, :k].any(axis=1).astype(np.float64) for k in ks}
+    return hits_at(neighbour_labels == labels[:, None], ks)
+
+
+def hits_at(same: np.ndarray, ks: Sequence[int] = RECALL_KS) -> dict[int, np.ndarray]:
+    """recall@K of each row of `same` (whether each neighbour, nearest first, is a match)."""
+    return {k: same[:, :k].any(axis=1).astype(np.float64) for k in ks}
 
 
 def map_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
@@ -39,25 +57,103 @@ def average_precision_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> 
         raise ValueError(
             f"MAP@R needs {max_r} neighbours per query, got {neighbour_labels.shape[1]}"
         )
-    hits = (neighbour_labels[:, :max_r] == labels[:, None]).astype(np.float64)
-    ranks = np.arange(1, max_r + 1)
-    within_r = ranks[None, :] <= r[:, None]
-    hits *= within_r
-    precision = np.cumsum(hits, axis=1) / ranks
-    ap = np.full(len(labels), np.nan)
+    return ap_at_r(neighbour_labels[:, :max_r] == labels[:, None], r, max_r)
+
+
+def ap_at_r(same: np.ndarray, r: np.ndarray, width: int) -> np.ndarray:
+    """AP@R of each row of `same` (at least r.max() columns) with its own R; NaN where R = 0.
+
+    The sum runs over `width` >= r.max() columns, zeros past each row's R: numpy adds in pairs,
+    so the length of the row it sums decides the last bit, and a chunk sums over the whole
+    set's largest R, as one evaluation of every query does."""
+    w = int(r.max(initial=0))
+    ranks = np.arange(1, w + 1)
+    hits = (same[:, :w] & (ranks[None, :] <= r[:, None])).astype(np.float64)
+    terms = np.zeros((len(r), width))
+    precision = terms[:, :w]
+    np.cumsum(hits, axis=1, out=precision)
+    precision /= ranks
+    precision *= hits
+    ap = np.full(len(r), np.nan)
     valid = r > 0
-    ap[valid] = (precision * hits).sum(axis=1)[valid] / r[valid]
+    ap[valid] = terms.sum(axis=1)[valid] / r[valid]
     return ap
 
 
-def query_scores(embeddings: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
-    """Each query's R@K and AP@R, in query order: what the report's bootstrap resamples. Their
-    means are the evaluator's recall@K and map@r."""
-    labels = np.asarray(labels)
-    _, counts = np.unique(labels, return_counts=True)
-    _, idx = knn(embeddings, max(max(RECALL_KS), int(counts.max()) - 1))
-    scores = {f"recall@{k}": hits for k, hits in query_hits(labels[idx], labels).items()}
-    scores["map@r"] = average_precision_at_r(labels[idx], labels)
+def chunk_rows(searched: int) -> int:
+    """Queries per chunk when each is searched for `searched` neighbours."""
+    return max(1, min(CHUNK_ROWS, CHUNK_CELLS // max(searched, 1)))
+
+
+def _codes(*label_sets: np.ndarray) -> list[np.ndarray]:
+    """Each set's labels as small integers, shared by all sets (equal labels, equal codes)."""
+    arrays = [np.asarray(labels) for labels in label_sets]
+    _, codes = np.unique(np.concatenate(arrays), return_inverse=True)
+    codes = codes.astype(np.int32 if codes.size and codes.max() < 2**31 else np.int64)
+    return np.split(codes, np.cumsum([len(a) for a in arrays])[:-1])
+
+
+def _chunked_scores(
+    queries: np.ndarray,
+    query_codes: np.ndarray,
+    base: np.ndarray,
+    base_codes: np.ndarray,
+    r: np.ndarray,
+    exclude_self: bool,
+    chunk: int | None,
+) -> dict[str, np.ndarray]:
+    """R@K and AP@R of each query searched in `base` chunk by chunk (with `exclude_self`, base
+    row i is query i, left out of its results); R: each query's number of matches in the base."""
+    extra = int(exclude_self)  # the query itself comes back among its neighbours
+    need = np.minimum(np.maximum(r, max(RECALL_KS)), len(base) - extra)
+    rows = chunk or chunk_rows(int(need.max(initial=0)) + extra)
+    search = FlatSearch(base, len(queries))
+    width = int(r.max(initial=0))
+    parts: list[tuple[dict[int, np.ndarray], np.ndarray]] = []
+    for start, stop in query_chunks(len(queries), rows):
+        k = int(need[start:stop].max())
+        idx = search(queries[start:stop], k + extra)[1]
+        if exclude_self:
+            idx = drop_self_ids(idx, np.arange(start, stop))
+        same = base_codes[idx] == query_codes[start:stop, None]
+        del idx  # the chunk's largest arrays go before the next chunk's search
+        parts.append((hits_at(same), ap_at_r(same, r[start:stop], width)))
+        del same
+    scores = {f"recall@{k}": np.concatenate([h[k] for h, _ in parts]) for k in RECALL_KS}
+    scores["map@r"] = np.concatenate([ap for _, ap in parts])
+    return scores
+
+
+def query_scores(
+    embeddings: np.ndarray, labels: np.ndarray, chunk: int | None = None
+) -> dict[str, np.ndarray]:
+    """Each query's R@K and AP@R against every other item, in query order: what the report's
+    bootstrap resamples; their means are the evaluator's recall@K and map@r. A query whose class
+    has no other item misses at every K and has no AP@R (NaN). `chunk`: queries per chunk
+    (default `chunk_rows`)."""
+    x = np.ascontiguousarray(embeddings, dtype=np.float32)
+    (codes,) = _codes(labels)
+    r = np.bincount(codes)[codes] - 1
+    return _chunked_scores(x, codes, x, codes, r, True, chunk)
+
+
+def gallery_scores(
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    gallery: np.ndarray,
+    gallery_labels: np.ndarray,
+    chunk: int | None = None,
+) -> dict[str, np.ndarray]:
+    """Each query's R@K and AP@R searched in the gallery only (In-Shop's protocol), R = the
+    gallery's items of its class. A query whose class has none has no score (NaN), as PML's
+    AccuracyCalculator leaves such queries out."""
+    q_codes, g_codes = _codes(query_labels, gallery_labels)
+    r = np.bincount(g_codes, minlength=int(q_codes.max(initial=-1)) + 1)[q_codes]
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    g = np.ascontiguousarray(gallery, dtype=np.float32)
+    scores = _chunked_scores(q, q_codes, g, g_codes, r, False, chunk)
+    for values in scores.values():
+        values[r == 0] = np.nan
     return scores
 
 

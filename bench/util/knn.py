@@ -25,6 +25,8 @@ import numpy as np
 GPU_ENV = "NNGK_FAISS_GPU"
 # faiss's GPU k-selection handles at most this many results per query, and as many IVF probes.
 GPU_MAX_K = 2048
+# faiss's CPU flat search multiplies queries by the base in blocks of this many (4096).
+QUERY_BLOCK = faiss.cvar.distance_compute_blas_query_bs
 MIN_POINTS_PER_LIST = 39  # faiss warns when k-means has fewer training points per centroid
 MAX_POINTS_PER_LIST = 256  # and samples down to this many itself: we sample first, seeded
 THREADS_ENV = "NNGK_FAISS_THREADS"
@@ -88,28 +90,89 @@ def _gpu_for(k: int) -> bool:
     return uses_gpu() and k <= GPU_MAX_K
 
 
+@contextmanager
+def _blas_kernel(always: bool) -> Iterator[None]:
+    """Inside, faiss's CPU flat search computes distances with its BLAS kernel however few the
+    queries (it otherwise takes them one by one below 128,000 query floats: other rounding)."""
+    if not always:
+        yield
+        return
+    before = faiss.cvar.distance_compute_blas_threshold
+    faiss.cvar.distance_compute_blas_threshold = 0
+    try:
+        yield
+    finally:
+        faiss.cvar.distance_compute_blas_threshold = before
+
+
+class FlatSearch:
+    """Exact (flat) squared-L2 search of one base for `total` queries that come in chunks.
+
+    The index is made once (and copied to the GPU once). On the CPU each chunk's distances are
+    computed as one search of all `total` queries computes them: by the same kernel (faiss picks
+    it by the number of queries in a call) and, for chunks of whole 4096-query blocks
+    (`QUERY_BLOCK`) starting on a block, by the very same BLAS products, so to the bit.
+    """
+
+    def __init__(self, base: np.ndarray, total: int) -> None:
+        self.base = _as_float32(base)
+        dims = self.base.shape[1]
+        self.blas = total * dims >= faiss.cvar.distance_compute_blas_threshold
+        self._indexes: dict[bool, faiss.Index] = {}
+
+    def _index(self, gpu: bool) -> faiss.Index:
+        if gpu not in self._indexes:
+            index = faiss.IndexFlatL2(self.base.shape[1])
+            index = _to_gpu(index) if gpu else index
+            with cpu_threads(gpu):
+                index.add(self.base)
+            self._indexes[gpu] = index
+        return self._indexes[gpu]
+
+    def __call__(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest rows of the base for every query: (distances, indices)."""
+        k = min(k, len(self.base))
+        gpu = _gpu_for(k)
+        index = self._index(gpu)
+        with cpu_threads(gpu), _blas_kernel(self.blas and not gpu):
+            return index.search(_as_float32(queries), k)
+
+
 def search(base: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact (flat) squared-L2 k nearest rows of `base` for every query: (distances, indices)."""
-    base = _as_float32(base)
-    k = min(k, len(base))
-    gpu = _gpu_for(k)
-    index = faiss.IndexFlatL2(base.shape[1])
-    index = _to_gpu(index) if gpu else index
-    with cpu_threads(gpu):
-        index.add(base)
-        return index.search(_as_float32(queries), k)
+    return FlatSearch(base, len(queries))(queries, k)
+
+
+def query_chunks(n: int, rows: int) -> list[tuple[int, int]]:
+    """(start, stop) of n queries in chunks of `rows`, in order. A last chunk of fewer queries
+    than faiss's threads joins the one before: faiss would split the base among its threads
+    for it, with products (and rounding) of its own."""
+    starts = list(range(0, n, max(rows, 1)))
+    if len(starts) > 1 and n - starts[-1] < faiss_threads():
+        starts.pop()
+    return list(zip(starts, [*starts[1:], n], strict=False))
+
+
+def _not_self(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Mask of the k of each query's k + 1 results that are not the query (base row `rows[i]`)."""
+    is_self = idx == rows[:, None]
+    # Rows where ties pushed the query out of its own top k+1 drop their last neighbour instead.
+    missing = ~is_self.any(axis=1)
+    is_self[missing, -1] = True
+    return ~is_self
 
 
 def _drop_self(
     dist: np.ndarray, idx: np.ndarray, rows: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """k of the k + 1 results of each query, without the query itself (base row `rows[i]`)."""
-    is_self = idx == rows[:, None]
-    # Rows where ties pushed the query out of its own top k+1 drop their last neighbour instead.
-    missing = ~is_self.any(axis=1)
-    is_self[missing, -1] = True
-    keep = ~is_self
+    keep = _not_self(idx, rows)
     return dist[keep].reshape(len(rows), k), idx[keep].reshape(len(rows), k)
+
+
+def drop_self_ids(idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`_drop_self`'s indices alone: k of each query's k + 1 neighbours, the query left out."""
+    return idx[_not_self(idx, rows)].reshape(len(rows), idx.shape[1] - 1)
 
 
 def knn(embeddings: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
