@@ -269,6 +269,33 @@ def test_a_tuned_loss_parameter_is_held_fixed_and_names_its_study():
     assert cfg.loss_params == {"sigma": 3.0, "k": 50, "update_interval": 1}
 
 
+def test_tune_holds_optimizer_and_memory_for_every_run_and_names_the_study(monkeypatch, tmp_path):
+    import bench.tune.study
+    from bench.tune.study import TuneSetup, trial_configs
+
+    setups = []
+
+    def tune_loss(setup, *_):
+        setups.append(setup)
+        raise ValueError("stopped here")
+
+    monkeypatch.setattr(bench.tune.study, "tune_loss", tune_loss)
+    args = ["tune", "--loss", "contrastive", "--dataset", "digits", "--results", tmp_path]
+    one_line_error(invoke(*args, "--optimizer", "sgd"), "stopped here")  # the default: no name
+    assert setups[-1].settings == {}
+    one_line_error(invoke(*args, "--optimizer", "rmsprop", "--memory", "256"), "stopped here")
+    held = setups[-1]
+    assert held.settings == {"optimizer": "rmsprop", "memory": 256}
+    assert held.study_name("contrastive") == (
+        "digits-contrastive-d64-t8-e3-f1-s0-memory-256-optimizer-rmsprop"
+    )
+    (cfg,) = trial_configs(held, "contrastive", {"lr": 0.01, "weight_decay": 1e-4})
+    assert (cfg.optimizer, cfg.memory, cfg.lr) == ("rmsprop", 256, 0.01)
+    assert TuneSetup("digits", 64).study_name("contrastive") == "digits-contrastive-d64-t8-e3-f1-s0"
+    nngk = ["tune", "--loss", "nngk", "--dataset", "digits", "--memory", "64"]
+    one_line_error(invoke(*nngk, "--results", tmp_path), "the loss 'nngk' takes no cross-batch")
+
+
 def write_record(folder, cfg: RunConfig) -> None:
     """A config.json as the trainer writes it (bench/train/trainer.py config_record)."""
     record = {**cfg.to_dict(), "run_id": cfg.run_id(), "resolved_loss_params": {}, "device": ""}

@@ -11,8 +11,11 @@ import click
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
 from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
-from bench.cli.settings import LOG
+from bench.cli.settings import LOG, setting_options, settings_from
 from bench.util.errors import first_line
+
+# Run settings tune takes as given, for every trial and retrained run (not searched).
+HELD = ("optimizer", "memory")
 
 
 @click.command()
@@ -47,6 +50,7 @@ from bench.util.errors import first_line
     show_default=True,
     help="Seconds without a heartbeat after which a worker's trial is retried.",
 )
+@setting_options(*HELD)
 @RESULTS
 @LOG
 @dispatch_options
@@ -58,6 +62,7 @@ def tune(
     on validation classes; retrain the best with SEEDS. Run it in several processes or on
     several machines (one --storage) to share the trials, or as --jobs submitit jobs."""
     from bench.cli.run import check_choices
+    from bench.runs.config import RunConfig
     from bench.tune.study import (
         TuneSetup,
         default_storage,
@@ -66,18 +71,27 @@ def tune(
         tuned_configs,
         write_summary,
     )
+    from losses.registry import check_memory_taken
 
+    # Only what differs from a run's default names the study, so earlier studies keep theirs.
+    defaults = RunConfig()
+    held = {
+        k: v for k, v in settings_from(jobs, HELD).items() if v not in (None, getattr(defaults, k))
+    }
     dispatch = dispatch_from(jobs)
 
     names = [name for name in losses.split(",") if name]
     try:
         for name in names:
             check_choices(name, dataset)
+            check_memory_taken(name, held.get("memory", 0))
         fixed = params_for_each(names, name_values(loss_param))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     fixed = {name: params for name, params in fixed.items() if params}
-    setup = TuneSetup(dataset, dims, trials, epochs, folds, grace_s=grace, fixed=fixed)
+    setup = TuneSetup(
+        dataset, dims, trials, epochs, folds, grace_s=grace, fixed=fixed, settings=held
+    )
     url = storage or default_storage(results)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start

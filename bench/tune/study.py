@@ -57,10 +57,13 @@ class TuneSetup:
     grace_s: int = 60  # a RUNNING trial without a heartbeat for this long is failed, retried
     # Loss parameters held fixed (`tune --loss-param`), by loss: not searched, in every run.
     fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Run settings given to tune (--optimizer, --memory): in every trial and retrained run.
+    settings: dict[str, Any] = field(default_factory=dict)
 
     def study_name(self, loss: str) -> str:
         budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
-        fixed = "".join(f"-{k}-{v}" for k, v in sorted(self.fixed.get(loss, {}).items()))
+        held = {**self.fixed.get(loss, {}), **self.settings}
+        fixed = "".join(f"-{k}-{v}" for k, v in sorted(held.items()))
         return f"{safe_name(self.dataset)}-{loss}-{budget}{safe_name(fixed)}"
 
     def space(self, loss: str) -> dict[str, tuple[str, float, float]]:
@@ -123,7 +126,9 @@ def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
     """One run per class fold with these parameters and the tuning budget."""
     common, own = split_params(params)
     own = {**own, **setup.fixed.get(loss, {})}
-    (base,) = make_configs(setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common)
+    (base,) = make_configs(
+        setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common, **setup.settings
+    )
     base = replace(base, seed=setup.seed)
     folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
     splits = folds if setup.folds > 1 else ["classes"]
@@ -255,7 +260,14 @@ def tuned_configs(
     configs = []
     for seed in seeds:
         (cfg,) = make_configs(
-            setup.dataset, loss, (setup.dims,), own, seed=seed, epochs=epochs, **common
+            setup.dataset,
+            loss,
+            (setup.dims,),
+            own,
+            seed=seed,
+            epochs=epochs,
+            **common,
+            **setup.settings,
         )
         configs.append(replace(cfg, preset="tuned", tuned=study.study_name))
     return configs
