@@ -242,7 +242,9 @@ def test_tune_takes_seed_and_loss_param_and_refuses_a_parameter_no_loss_takes(tm
     assert not any(tmp_path.iterdir())
 
 
-def test_tune_holds_a_loss_parameter_fixed_for_the_losses_that_take_it(tmp_path, monkeypatch):
+@pytest.fixture
+def tune_setups(monkeypatch) -> list:
+    """The TuneSetup each `tune` command hands on, which then stops with "stopped here"."""
     import bench.tune.study
 
     setups = []
@@ -252,6 +254,11 @@ def test_tune_holds_a_loss_parameter_fixed_for_the_losses_that_take_it(tmp_path,
         raise ValueError("stopped here")
 
     monkeypatch.setattr(bench.tune.study, "tune_loss", tune_loss)
+    return setups
+
+
+def test_tune_holds_a_loss_parameter_fixed_for_the_losses_that_take_it(tmp_path, tune_setups):
+    setups = tune_setups
     args = ["tune", "--loss", "contrastive,triplet", "--dataset", "digits", "--results", tmp_path]
     one_line_error(invoke(*args, "--loss-param", "miner=all"), "stopped here")
     assert setups[0].fixed == {"triplet": {"miner": "all"}}
@@ -269,17 +276,10 @@ def test_a_tuned_loss_parameter_is_held_fixed_and_names_its_study():
     assert cfg.loss_params == {"sigma": 3.0, "k": 50, "update_interval": 1}
 
 
-def test_tune_holds_optimizer_and_memory_for_every_run_and_names_the_study(monkeypatch, tmp_path):
-    import bench.tune.study
+def test_tune_holds_optimizer_and_memory_for_every_run_and_names_the_study(tmp_path, tune_setups):
     from bench.tune.study import TuneSetup, trial_configs
 
-    setups = []
-
-    def tune_loss(setup, *_):
-        setups.append(setup)
-        raise ValueError("stopped here")
-
-    monkeypatch.setattr(bench.tune.study, "tune_loss", tune_loss)
+    setups = tune_setups
     args = ["tune", "--loss", "contrastive", "--dataset", "digits", "--results", tmp_path]
     one_line_error(invoke(*args, "--optimizer", "sgd"), "stopped here")  # the default: no name
     assert setups[-1].settings == {}
