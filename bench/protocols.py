@@ -35,6 +35,8 @@ class Protocol:
     Training (bench/train):
     - `score`, `lower_is_better`: the validation metric that selects the checkpoint;
     - `evaluations`: what validation and test add to retrieval (CLASSIFIER, VERIFICATION);
+    - `gallery`: its test searches each query in a separate gallery (the test split flags its
+      queries, `bench.data.datasets.query_flags`), not every item among the others;
     - `preset`: the preset of its image data sets (`bench.train.presets.PROTOCOL_PRESETS`).
     Checks (bench/train/preflight.py); a text is what its error says, '' where it does not apply:
     - `needs_validation`: why --val-fraction 0 cannot do;
@@ -59,6 +61,7 @@ class Protocol:
     score: ClassVar[str] = "map@r"
     lower_is_better: ClassVar[bool] = False
     evaluations: ClassVar[tuple[str, ...]] = ()
+    gallery: ClassVar[bool] = False
     preset: ClassVar[str] = DEFAULT_PROTOCOL
     needs_validation: ClassVar[str] = ""
     trained_classes: ClassVar[str] = ""
@@ -152,6 +155,20 @@ class Pairs(Protocol):
         for part in ("seen", "unseen")
         for m, label in (("accuracy", "acc."), ("far", "FAR"), ("frr", "FRR"), ("ap", "AP"))
     }
+
+
+@register_protocol("query-gallery")
+class QueryGallery(Protocol):
+    """In-Shop's protocol (Liu et al. 2016): train on the published training items, then search
+    each query image among the gallery images of the other items, never among the other
+    queries (R@K and MAP@R of the queries; NMI over the gallery); validation by MAP@R over
+    held-out training classes, as the metric protocol's."""
+
+    split = "query-gallery"
+    class_validation = True  # its test items are never trained on; its validation may not be
+    gallery = True
+    preset = "query-gallery"
+    classes_note = "trains on the published training items and tests on the query and gallery items"
 
 
 def trained_protocols() -> tuple[str, ...]:

@@ -24,7 +24,17 @@ from bench.protocols import (
 )
 from bench.runs.config import RunConfig
 from bench.train.evaluations import EVALUATIONS, Evaluation, register_evaluation
-from bench.train.presets import CLASSIFY, METRIC, PAIRS, preset_for
+from bench.train.presets import (
+    CLASSIFY,
+    INATURALIST,
+    INSHOP,
+    METRIC,
+    PAIRS,
+    REALITY_CHECK_SOP,
+    make_configs,
+    preset_for,
+    sigma_for_dims,
+)
 from bench.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,19 +80,14 @@ def test_no_module_outside_the_registry_compares_a_protocol_name():
 
 
 def test_the_run_choices_are_the_protocols_that_train_in_their_order():
-    assert RUN_CHOICES == trained_protocols() == ("metric", "classify", "pairs")
+    assert RUN_CHOICES == trained_protocols() == ("metric", "classify", "pairs", "query-gallery")
     with pytest.raises(ValueError, match="unknown protocol 'linear'; expected one of: metric, "):
         make_splits("linear", pd.DataFrame({"label": [0, 1], "split": ""}), 0.0)
 
 
 def test_names_show_in_run_ids_and_tables_except_the_default_and_a_features_file():
-    assert [shown_protocol(n) for n in ("metric", "file", "classify", "pairs", "linear")] == [
-        False,
-        False,
-        True,
-        True,
-        True,
-    ]
+    shown = ("metric", "file", "classify", "pairs", "linear", "query-gallery")
+    assert [shown_protocol(n) for n in shown] == [False, False, True, True, True, True]
     assert shown_protocol("a later protocol")  # a report reads runs of any version
     assert RunConfig(protocol="metric").run_id().startswith("digits-nngk-")
     assert RunConfig(protocol="pairs").run_id().startswith("digits-pairs-nngk-")
@@ -110,15 +115,54 @@ def test_the_report_columns_keep_their_order_and_match_what_runs_record():
 
 
 def test_what_each_protocol_declares_to_splits_presets_and_scores():
-    with pytest.raises(ValueError, match="applies to the metric protocol only .the classify"):
+    with pytest.raises(
+        ValueError, match="applies to the metric and query-gallery protocols only .the classify"
+    ):
         check_val_split("classes", "classify")
     check_val_split("classes:1/3", "metric")
+    check_val_split("classes", "query-gallery")
     assert preset_for("metric", "cub") is METRIC and preset_for("pairs", "tinyimagenet") is PAIRS
+    assert preset_for("metric", "sop") is REALITY_CHECK_SOP
+    assert preset_for("metric", "inaturalist") is INATURALIST
+    assert preset_for("query-gallery", "inshop") is INSHOP
     assert preset_for("classify", "cars196").config["val_fraction"] == 0.3
     assert preset_for("classify", "folder:x").config == CLASSIFY.config
     assert CLASSIFY.config["val_fraction"] == 0.2
     assert get_protocol("classify").score_of({"nll": 0.25, "map@r": 0.5}) == -0.25
     assert get_protocol("pairs").score_of({"pair_accuracy": 0.75, "map@r": 0.5}) == 0.75
+
+
+@pytest.mark.parametrize(
+    "dataset, protocol, expected",
+    [
+        (  # Musgrave et al. 2020, as far as a run expresses it
+            "sop",
+            "metric",
+            dict(dims=128, backbone="googlenet", batch_size=32, m_per_class=4, lr=1e-6,
+                 optimizer="rmsprop", weight_decay=1e-4, momentum=0.9, crop=227,
+                 crop_mode="aspect", val_split="classes", val_fraction=0.25),
+        ),
+        (  # Brown et al. 2020's code
+            "inaturalist",
+            "metric",
+            dict(dims=512, backbone="resnet50", batch_size=384, m_per_class=4, lr=1e-5,
+                 optimizer="adam", weight_decay=4e-4, epochs=90, crop=224, crop_mode="aspect"),
+        ),
+        (  # Kim et al. 2020's code
+            "inshop",
+            "query-gallery",
+            dict(dims=512, backbone="googlenet", batch_size=180, lr=6e-4, optimizer="adamw",
+                 weight_decay=1e-4, epochs=60, crop=224, val_split="classes"),
+        ),
+    ],
+)  # fmt: skip
+def test_the_large_retrieval_sets_presets(dataset, protocol, expected):
+    (cfg,) = make_configs(dataset, "contrastive", None, {}, protocol=protocol)
+    assert {key: getattr(cfg, key) for key in expected} == expected
+    assert cfg.pretrained == "imagenet" and cfg.resize == 256
+    (nngk,) = make_configs(dataset, "nngk", None, {}, protocol=protocol)
+    paper = {"sigma": sigma_for_dims(nngk.dims), "k": 100, "update_interval": 10}
+    assert nngk.loss_params == paper  # the paper's NNGK for an ImageNet network
 
 
 @pytest.fixture

@@ -46,7 +46,10 @@ def test_class_validation_outside_the_metric_protocol_is_a_one_line_error(tmp_pa
     out = CliRunner().invoke(main, [str(a) for a in args])
     errors = [line for line in out.output.splitlines() if line.startswith("Error")]
     assert out.exit_code == 1 and errors == out.output.strip().splitlines()[-1:]
-    assert "applies to the metric protocol only" in errors[0] and "Traceback" not in out.output
+    assert (
+        "applies to the metric and query-gallery protocols only" in errors[0]
+        and "Traceback" not in out.output
+    )
     assert not list(tmp_path.iterdir())
 
 

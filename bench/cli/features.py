@@ -21,7 +21,8 @@ from bench.protocols import DEFAULT_PROTOCOL
     "--dataset",
     default="digits",
     show_default=True,
-    help="digits, cars196, cub, tinyimagenet, flowers102, leafsnap or folder:PATH.",
+    help="digits, cars196, cub, sop, inaturalist, tinyimagenet, flowers102, leafsnap or "
+    "folder:PATH.",
 )
 @click.option(
     "--protocol",

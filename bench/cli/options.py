@@ -56,6 +56,7 @@ DATASET = click.option(
     default="glyphs",
     show_default=True,
     help="glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
+    "sop, inshop (with --protocol query-gallery), inaturalist, "
     "folder:PATH (one sub-folder per class) or features:PATH.npz. A folder gets the metric "
     "preset (GoogLeNet with ImageNet weights, 256/224 px); offline, without those weights in "
     "torch's cache, add e.g. --backbone small_cnn --pretrained none --resize 64 --crop 56.",

@@ -63,7 +63,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "lr": dict(type=NON_NEGATIVE),
     "momentum": dict(type=click.FloatRange(min=0, max=1)),
     "memory": dict(type=click.IntRange(min=0), show_default=True),
-    "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES), show_default=True),
+    "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES)),
     "weight_decay": dict(type=NON_NEGATIVE),
     "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
     "val_split": dict(type=click.Choice(VAL_SPLITS)),

@@ -23,7 +23,10 @@ from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102
 from bench.data.sources.folder import read_folder
+from bench.data.sources.inaturalist import read_inaturalist
+from bench.data.sources.inshop import read_inshop
 from bench.data.sources.leafsnap import read_leafsnap
+from bench.data.sources.sop import read_sop
 from bench.data.sources.tinyimagenet import read_tinyimagenet
 from bench.data.splits import (
     carve_validation,
@@ -40,6 +43,9 @@ READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "tinyimagenet": read_tinyimagenet,
     "flowers102": read_flowers102,
     "leafsnap": read_leafsnap,
+    "sop": read_sop,
+    "inshop": read_inshop,
+    "inaturalist": read_inaturalist,
 }
 
 
@@ -63,6 +69,22 @@ class TensorImages(Dataset):
     def inputs(self) -> np.ndarray:
         """The raw inputs, flattened: the untrained baseline's embedding."""
         return self.images.reshape(len(self.images), -1).numpy()
+
+
+class QueryGalleryImages(CachedImages):
+    """A test split of query and gallery images (In-Shop): `queries` flags each item that is a
+    query; the others are the gallery it is searched in."""
+
+    def __init__(self, cache: Path, rows: np.ndarray, labels: np.ndarray, crops: Crops, queries):
+        super().__init__(cache, rows, labels, crops)
+        self.queries = np.asarray(queries, dtype=bool)
+
+
+def query_flags(split: Dataset) -> np.ndarray | None:
+    """Which items of a test split are queries (the query-gallery protocol's), None for a split
+    whose items are all searched among each other."""
+    flags = getattr(split, "queries", None)
+    return None if flags is None else np.asarray(flags, dtype=bool)
 
 
 def random_shift(image: torch.Tensor, shift: int) -> torch.Tensor:
@@ -203,13 +225,16 @@ def image_splits(
     def part(rows: np.ndarray, crops: Crops) -> CachedImages:
         return CachedImages(cache, rows, labels[rows], crops)
 
+    test = part(splits.test, eval_tf)
+    if len(splits.queries):
+        test = QueryGalleryImages(cache, splits.test, labels[splits.test], eval_tf, splits.queries)
     names = table.drop_duplicates("label").sort_values("label")["class_name"]
     return DataSplits(
         name=name,
         train=part(splits.train, train_tf),
         train_eval=part(splits.train, eval_tf),
         val=part(splits.val, eval_tf),
-        test=part(splits.test, eval_tf),
+        test=test,
         in_channels=3,
         num_train_classes=len(np.unique(labels[splits.train])),
         unseen=part(splits.unseen, eval_tf) if len(splits.unseen) else None,
@@ -298,8 +323,21 @@ def load_dataset(
     if is_glyphs(name):
         return glyphs(name, protocol, val_fraction, **chosen)
     if name.startswith(FEATURES_PREFIX):
-        return feature_splits(name, val_fraction, **chosen)
+        return check_queries(feature_splits(name, val_fraction, **chosen), protocol)
     return image_splits(name, protocol, val_fraction, **image_opts)
+
+
+def check_queries(data: DataSplits, protocol: str) -> DataSplits:
+    """The data, where its protocol searches no gallery or its test split flags its queries; a
+    one-line ValueError, before anything trains, for a features file under a gallery protocol
+    (its rows say nothing of queries)."""
+    if get_protocol(protocol).gallery and query_flags(data.test) is None:
+        raise ValueError(
+            f"the {protocol} protocol searches query images in a gallery, and {data.name} has no "
+            "query images: a features file's split is train, val and test only; use --protocol "
+            "metric"
+        )
+    return data
 
 
 def load_run_data(cfg) -> DataSplits:

@@ -2,7 +2,9 @@
 trains (`bench.protocols` names the split each protocol takes):
 
 - metric (Meyer et al. 2018, §3.1): train on the first half of the classes (sorted by class
-  id), test on the rest; validation carved out of the training images.
+  id), test on the rest; validation carved out of the training images. A data set whose
+  published split already tests on classes it never trains on (Stanford Online Products,
+  iNaturalist 2018: splits "train" and "test" with no class in both) keeps that split.
 - classify (Meyer et al. 2018, §3.2): the same classes everywhere; the data set's official split
   where it has one, validation carved from its training images where it has none (CUB 20 %,
   Cars196 30 %); 50/20/30 where there is no official split at all (Leafsnap field images).
@@ -10,6 +12,8 @@ trains (`bench.protocols` names the split each protocol takes):
   their training images give the training and validation splits, their official validation
   images the test split; the other half are unseen, evaluated on their official validation
   images.
+- query-gallery (In-Shop, Liu et al. 2016): the published training images train (validation
+  carved from them), the query and gallery images test, with the queries flagged.
 """
 
 from __future__ import annotations
@@ -26,16 +30,21 @@ if TYPE_CHECKING:  # pandas and scikit-learn load when a split is made, not for 
 
 PROTOCOLS = trained_protocols()  # the choices of `run --protocol`
 SPLIT_SEED = 0  # the splits are the same for every run seed
+QUERY = "query"  # In-Shop's status of a query image (its others: train, gallery)
+QUERY_GALLERY = "query-gallery"  # the split of data sets whose test has queries and a gallery
 
 
 @dataclass(frozen=True)
 class Splits:
-    """Positions into an image table; `unseen` only for the pairs protocol."""
+    """Positions into an image table; `unseen` only for the pairs protocol; `queries` only for
+    the query-gallery protocol: for each test position, whether it is a query (else a gallery
+    image)."""
 
     train: np.ndarray
     val: np.ndarray
     test: np.ndarray
     unseen: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    queries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def carve_validation(
@@ -170,15 +179,64 @@ def first_half_classes(labels: np.ndarray) -> np.ndarray:
     return classes[: len(classes) // 2]
 
 
+def published_class_split(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """(train, test) positions of a data set whose published split tests on classes it never
+    trains on (every image "train" or "test", no class in both: SOP, iNaturalist 2018); None
+    for any other, whose classes the metric protocol splits in halves."""
+    labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    train, test = split == "train", split == "test"
+    if not train.any() or not test.any() or not (train | test).all():
+        return None
+    if np.intersect1d(labels[train], labels[test]).size:
+        return None
+    return np.nonzero(train)[0], np.nonzero(test)[0]
+
+
+def gallery_protocols() -> str:
+    """The protocols that search queries in a gallery, for the errors ('query-gallery')."""
+    return " or ".join(n for n in trained_protocols() if get_protocol(n).gallery)
+
+
+def has_queries(table: pd.DataFrame) -> bool:
+    """Whether the data set's published test searches query images in a gallery (In-Shop)."""
+    return bool((table["split"] == QUERY).any())
+
+
 def metric_splits(
     table: pd.DataFrame, val_fraction: float, by_classes: bool = False, fold=None
 ) -> Splits:
+    if has_queries(table):
+        raise ValueError(
+            "this data set's published test searches query images in a separate gallery "
+            f"(In-Shop), which the metric protocol does not: use --protocol {gallery_protocols()}"
+        )
     labels = table["label"].to_numpy()
-    is_train = np.isin(labels, first_half_classes(labels))
-    train_all, test = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
+    published = published_class_split(table)
+    if published is None:
+        is_train = np.isin(labels, first_half_classes(labels))
+        published = np.nonzero(is_train)[0], np.nonzero(~is_train)[0]
+    train_all, test = published
     names = class_names(table)
     tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold, names)
     return Splits(train_all[tr], train_all[va], test)
+
+
+def query_gallery_splits(
+    table: pd.DataFrame, val_fraction: float, by_classes: bool = False, fold=None
+) -> Splits:
+    """The published training images train (validation carved from them, whole classes with
+    `by_classes`), the query and gallery images test, in table order, the queries flagged."""
+    labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    queries, train = split == QUERY, split == "train"
+    if not queries.any() or (queries | train).all():
+        raise ValueError(
+            f"the --protocol {gallery_protocols()} searches query images in a gallery: it needs "
+            "a data set whose published split names training, query and gallery images "
+            "(inshop); this one has no query or no gallery image: use --protocol metric"
+        )
+    train_all, test = np.nonzero(train)[0], np.nonzero(~train)[0]
+    tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold, class_names(table))
+    return Splits(train_all[tr], train_all[va], test, queries=queries[test])
 
 
 def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
@@ -230,16 +288,22 @@ def check_val_split(val_split: str, protocol: str) -> None:
         )
     if by_classes and not get_protocol(protocol).class_validation:
         allowed = [n for n in trained_protocols() if get_protocol(n).class_validation]
+        plural = "s" if len(allowed) > 1 else ""
         raise ValueError(
-            f"a class-disjoint validation split applies to the {' and '.join(allowed)} protocol "
-            f"only (the {protocol} protocol tests classes it trained on)"
+            f"a class-disjoint validation split applies to the {' and '.join(allowed)} "
+            f"protocol{plural} only (the {protocol} protocol tests classes it trained on)"
         )
 
 
 # By the split's name, which each protocol declares (`Protocol.split`); a protocol that allows a
 # class-disjoint validation split (`Protocol.class_validation`) takes a split with by_classes and
 # fold.
-SPLITTERS = {"metric": metric_splits, "classify": classify_splits, "pairs": pairs_splits}
+SPLITTERS = {
+    "metric": metric_splits,
+    "classify": classify_splits,
+    "pairs": pairs_splits,
+    QUERY_GALLERY: query_gallery_splits,
+}
 
 
 def trained_protocol(name: str) -> type[Protocol]:

@@ -61,7 +61,8 @@ class RunConfig:
         "metric",
         "metric: test on classes never trained on; classify: the same classes in every split "
         "(Meyer et al. 2018, §3.2); pairs: seen and unseen classes of the Tiny ImageNet "
-        "pair-verification report.",
+        "pair-verification report; query-gallery: In-Shop's queries searched in its gallery "
+        "(Liu et al. 2016).",
     )
     loss: str = setting("nngk", "The loss's name (`nngk-bench losses`).", option=False)
     loss_params: dict[str, Any] = field(

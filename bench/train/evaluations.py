@@ -1,7 +1,9 @@
 """What a protocol's validation and test add to retrieval, by the names protocols declare
-(`bench.protocols.Protocol.evaluations`): the trainer runs whichever its protocol names.
+(`bench.protocols.Protocol.evaluations`): the trainer runs whichever its protocol names; and the
+test's retrieval itself, every item among the others or, for a protocol with a gallery
+(`Protocol.gallery`), the queries in the gallery (`retrieval_metrics`).
 
-Each takes the trainer as `run`: its data, `embed_split`, loss and run folder."""
+Each evaluation takes the trainer as `run`: its data, `embed_split`, loss and run folder."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import numpy as np
 import torch
 
 from bench.evaluation.classification import classification_scores
+from bench.evaluation.clustering import nmi, nmi_best_of
+from bench.evaluation.metrics import BEST_OF, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
-from bench.protocols import CLASSIFIER, VERIFICATION
+from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
 from bench.util.atomic import atomic_write_text
 from bench.util.registry import Registry
 
@@ -32,6 +36,39 @@ class Evaluation:
 
 def evaluations_of(names: tuple[str, ...]) -> list[Evaluation]:
     return [EVALUATIONS.get_class(name)() for name in names]
+
+
+def retrieval_metrics(
+    protocol: type[Protocol],
+    emb: np.ndarray,
+    labels: np.ndarray,
+    queries: np.ndarray | None,
+    seed: int,
+) -> dict:
+    """R@K, NMI and MAP@R of a test split as the protocol searches it: every item among the
+    others (`evaluate`), or, with a gallery, each query (`queries` flags them) among the gallery
+    items only (`gallery_metrics`)."""
+    if not protocol.gallery:
+        return evaluate(emb, labels, seed=seed)
+    if queries is None or len(queries) != len(labels):
+        raise ValueError(
+            "a protocol with a gallery needs the test split's query flags, one per item; this "
+            "test split has none (a data set without query and gallery images)"
+        )
+    return gallery_metrics(emb, np.asarray(labels), np.asarray(queries, dtype=bool), seed)
+
+
+def gallery_metrics(emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int) -> dict:
+    """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`); NMI, of one
+    k-means run and the best of 5 as `evaluate` gives them, over the gallery alone (the set a
+    query is searched in: In-Shop's queries are a second view of the gallery's items)."""
+    gallery, gallery_labels = emb[~queries], labels[~queries]
+    scores = evaluate_gallery(emb[queries], labels[queries], gallery, gallery_labels)
+    metrics = {key: value for key, value in scores.items() if key != "map@r"}
+    metrics["nmi"] = nmi(gallery, gallery_labels)
+    metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
+    metrics["map@r"] = scores["map@r"]
+    return metrics
 
 
 @register_evaluation(CLASSIFIER)

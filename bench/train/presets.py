@@ -147,6 +147,94 @@ PAIRS = Preset(
 )
 
 
+# Stanford Online Products under the metric protocol, with its published split: the settings of
+# Musgrave et al. 2020 ("A Metric Learning Reality Check", its code powerful-benchmarker) as far as
+# a run expresses them: an ImageNet network with a 128-d linear embedding (one of its four
+# models), batches of 32 = 8 classes x 4, RMSprop lr 1e-6, weight decay 1e-4, momentum 0.9,
+# random-resized 227 crops of the image resized to 256 and mirrored, the centre 227 crop to
+# evaluate; validation on held-out training classes, a quarter of them as each of its four
+# class folds holds (here the last quarter). A run cannot express: BN-Inception (GoogLeNet,
+# Inception v1 with batch norm in torchvision, stands in), frozen batch-norm statistics, crops
+# of 16-100 % of the area (the harness takes 8-100 %), four models trained on the four folds
+# and their 512-d concatenation tested, early stopping on validation (the best of 30 epochs is
+# tested instead).
+REALITY_CHECK_SOP = Preset(
+    dims=(128,),
+    config=dict(
+        backbone="googlenet",
+        pretrained="imagenet",
+        epochs=30,
+        batch_size=32,
+        m_per_class=4,
+        optimizer="rmsprop",
+        lr=1e-6,
+        weight_decay=1e-4,
+        momentum=0.9,
+        resize=256,
+        crop=227,
+        crop_mode="aspect",
+        val_split="classes",
+        val_fraction=0.25,
+    ),
+    loss_params={"nngk": paper_nngk(sigma_for_dims)},
+)
+
+# iNaturalist 2018 under the metric protocol, with Brown et al. 2020's split: their Smooth-AP
+# code's settings (Andrew-Brown1/Smooth_AP, src/main.py and its iNaturalist command, issue 17:
+# `--bs 384`): ImageNet ResNet-50, a 512-d embedding, batches of 384 of 4 images a class, Adam
+# lr 1e-5, weight decay 4e-4, 90 epochs, random-resized 224 crops and mirroring, resize 256 and
+# the centre 224 crop to evaluate. A run cannot express: the embedding layer at 2x the lr, the
+# lr cut by 0.3 after epochs 40 and 70. They score every epoch on the test split; here
+# validation holds out a fifth of the training classes instead (Musgrave et al. 2020).
+INATURALIST = Preset(
+    dims=(512,),
+    config=dict(
+        backbone="resnet50",
+        pretrained="imagenet",
+        epochs=90,
+        batch_size=384,
+        m_per_class=4,
+        optimizer="adam",
+        lr=1e-5,
+        weight_decay=4e-4,
+        resize=256,
+        crop=224,
+        crop_mode="aspect",
+        val_split="classes",
+        val_fraction=0.2,
+    ),
+    loss_params={"nngk": paper_nngk(sigma_for_dims)},
+)
+
+# In-Shop under the query-gallery protocol: the settings of Kim et al. 2020's Proxy-Anchor code
+# (tjddus9597/Proxy-Anchor-CVPR2020, its README's In-Shop command and train.py's defaults), the
+# field's usual In-Shop recipe: an ImageNet network with a 512-d embedding, batches of 180, AdamW
+# lr 6e-4, weight decay 1e-4, 60 epochs, random-resized 224 crops and mirroring, resize 256 and
+# the centre 224 crop to evaluate; class-balanced losses 4 images an item. A run cannot express:
+# BN-Inception (GoogLeNet stands in), the lr cut by 0.25 every 20 epochs, a first epoch training
+# the embedding layer alone. They choose the epoch on the test's R@1; here validation holds out a
+# fifth of the training items instead.
+INSHOP = Preset(
+    dims=(512,),
+    config=dict(
+        backbone="googlenet",
+        pretrained="imagenet",
+        epochs=60,
+        batch_size=180,
+        m_per_class=4,
+        optimizer="adamw",
+        lr=6e-4,
+        weight_decay=1e-4,
+        resize=256,
+        crop=224,
+        crop_mode="aspect",
+        val_split="classes",
+        val_fraction=0.2,
+    ),
+    loss_params={"nngk": paper_nngk(sigma_for_dims)},
+)
+
+
 # Cached feature vectors (`features:PATH.npz`, e.g. VGG16 FC7): any loss trains a small head
 # (one hidden layer, then the embedding layer) in minutes on a CPU; the digits preset's
 # optimiser, and NNGK's bank refreshed every epoch as the head is cheap to run.
@@ -185,7 +273,7 @@ PRESETS = {"liu2019": (LIU2019, {"digits": LIU2019_DIGITS, "glyphs": LIU2019_GLY
 # The protocols' presets on image data sets, by the name a protocol declares (Protocol.preset),
 # with the data sets that differ (classify: their validation share).
 PROTOCOL_PRESETS = {
-    "metric": (METRIC, {}),
+    "metric": (METRIC, {"sop": REALITY_CHECK_SOP, "inaturalist": INATURALIST}),
     "classify": (
         CLASSIFY,
         {
@@ -194,6 +282,7 @@ PROTOCOL_PRESETS = {
         },
     ),
     "pairs": (PAIRS, {}),
+    "query-gallery": (INSHOP, {}),
 }
 
 

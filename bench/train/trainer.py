@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from bench.data.datasets import query_flags
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
@@ -28,7 +29,7 @@ from bench.train.distributed import (
     share_from_main,
     wrap_model,
 )
-from bench.train.evaluations import evaluations_of
+from bench.train.evaluations import evaluations_of, retrieval_metrics
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
@@ -176,10 +177,12 @@ class Trainer:
         return metrics
 
     def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray]:
-        """Test metrics with what the protocol's evaluations add (`write_tables`: their tables
-        into the run folder), with the test embeddings and labels."""
+        """Test metrics, searched as the protocol searches (with a gallery: the test split's
+        queries in its gallery), with what the protocol's evaluations add (`write_tables`: their
+        tables into the run folder), with the test embeddings and labels."""
         emb, labels = self.embed_split(self.data.test)
-        metrics = evaluate(emb, labels, seed=self.cfg.seed)
+        queries = query_flags(self.data.test)
+        metrics = retrieval_metrics(self.protocol, emb, labels, queries, self.cfg.seed)
         for evaluation in self.evaluations:
             metrics.update(evaluation.test(self, emb, labels, write_tables))
         return metrics, emb, labels
