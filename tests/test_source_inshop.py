@@ -168,6 +168,15 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     assert {k: every[k] for k in expected} != pytest.approx(expected, abs=1e-3)
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_map@r" in history
+    # Both baseline rows (raw inputs, the untrained network) are searched the same way.
+    baselines = [p for p in (tmp_path / "r").iterdir() if "-untrained-" in p.name]
+    assert len(baselines) == 2
+    for baseline in baselines:
+        base = json.loads((baseline / "metrics.json").read_text())
+        saved = np.load(baseline / "test_embeddings.npz")
+        emb, labels = saved["embeddings"], saved["labels"]
+        expected = evaluate_gallery(emb[queries], labels[queries], emb[~queries], labels[~queries])
+        assert {k: base[k] for k in expected} == pytest.approx(expected, abs=1e-6), baseline.name
 
 
 def test_a_gallery_protocol_searches_queries_in_the_gallery_only():

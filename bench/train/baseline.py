@@ -9,13 +9,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.data.datasets import DataSplits
+from bench.data.datasets import DataSplits, query_flags
 from bench.evaluation.health import embedding_health
-from bench.evaluation.metrics import evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
+from bench.protocols import get_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, current_weights_label, untrained_label
+from bench.train.evaluations import retrieval_metrics
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
 from bench.util.atomic import atomic_save_npz, atomic_write_json
@@ -97,7 +98,9 @@ def run_baseline(
     labels = np.asarray(data.test.labels)
     raw = data.test.inputs()
     raw_cfg = baseline_config(cfg, raw.shape[1], backbone="none", embedding="inputs")
-    given = dict(labels=labels, results=results, inputs=input_size(data))
+    given = dict(
+        labels=labels, results=results, inputs=input_size(data), queries=query_flags(data.test)
+    )
     runs = [write_baseline(raw_cfg, "raw inputs", lambda: raw, **given)]
     seed_everything(cfg.seed)
     model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
@@ -119,8 +122,10 @@ def write_baseline(
     labels: np.ndarray,
     results: Path,
     inputs: str,
+    queries: np.ndarray | None = None,
 ) -> Path:
-    """A baseline's run folder, evaluated unless it is finished already."""
+    """A baseline's run folder, evaluated unless it is finished already, searched as its
+    protocol searches (`queries`: the test split's query flags, for a protocol with a gallery)."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         return run_dir
@@ -128,7 +133,8 @@ def write_baseline(
     embeddings = l2_normalised(features())
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
-    metrics = evaluate(embeddings, labels, seed=base.seed)
+    protocol = get_protocol(base.protocol)
+    metrics = retrieval_metrics(protocol, embeddings, labels, queries, seed=base.seed)
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=embeddings, labels=labels)
     metrics.update(run_summary(base, features=label, input_size=inputs))
