@@ -267,8 +267,13 @@ def test_tune_holds_a_loss_parameter_fixed_for_the_losses_that_take_it(tmp_path,
 def test_a_tuned_loss_parameter_is_held_fixed_and_names_its_study():
     from bench.tune.study import TuneSetup, trial_configs
 
-    assert TuneSetup("digits", 8, 2, 1).study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0"
-    fixed = TuneSetup("digits", 8, 2, 1, fixed={"nngk": {"k": 50}})
+    # An unpruned search keeps the names studies had before pruning; a pruned one says so.
+    plain = TuneSetup("digits", 8, 2, 1, pruner="none")
+    assert plain.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0"
+    assert TuneSetup("digits", 8, 2, 1).study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-hyperband"
+    budget = TuneSetup("digits", 8, 2, 1, pruner="halving", epoch_budget=30)
+    assert budget.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-halving-b30"
+    fixed = TuneSetup("digits", 8, 2, 1, fixed={"nngk": {"k": 50}}, pruner="none")
     assert fixed.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-k-50"
     assert fixed.study_name("contrastive") == "digits-contrastive-d8-t2-e1-f1-s0"
     assert set(fixed.space("nngk")) == {"lr", "weight_decay", "sigma"}  # k no longer searched
@@ -286,12 +291,14 @@ def test_tune_holds_optimizer_and_memory_for_every_run_and_names_the_study(tmp_p
     one_line_error(invoke(*args, "--optimizer", "rmsprop", "--memory", "256"), "stopped here")
     held = setups[-1]
     assert held.settings == {"optimizer": "rmsprop", "memory": 256}
+    assert (held.epochs, held.pruner) == (10, "hyperband")  # the digits preset's epochs
     assert held.study_name("contrastive") == (
-        "digits-contrastive-d64-t8-e3-f1-s0-memory-256-optimizer-rmsprop"
+        "digits-contrastive-d64-t8-e10-f1-s0-hyperband-memory-256-optimizer-rmsprop"
     )
     (cfg,) = trial_configs(held, "contrastive", {"lr": 0.01, "weight_decay": 1e-4})
     assert (cfg.optimizer, cfg.memory, cfg.lr) == ("rmsprop", 256, 0.01)
-    assert TuneSetup("digits", 64).study_name("contrastive") == "digits-contrastive-d64-t8-e3-f1-s0"
+    unpruned = TuneSetup("digits", 64, epochs=3, pruner="none")
+    assert unpruned.study_name("contrastive") == "digits-contrastive-d64-t8-e3-f1-s0"
     nngk = ["tune", "--loss", "nngk", "--dataset", "digits", "--memory", "64"]
     one_line_error(invoke(*nngk, "--results", tmp_path), "the loss 'nngk' takes no cross-batch")
 

@@ -16,6 +16,7 @@ import pandas as pd
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 
+from bench.tune.pruning import DEFAULT, EPOCHS_TRAINED
 from bench.tune.study import TuneSetup, default_storage, open_study
 from tests.conftest import cli
 
@@ -26,9 +27,9 @@ def tune_args(results, *extra):
     return ["tune", *BUDGET, "--results", str(results), *extra]
 
 
-def studies(results, loss, trials, epochs, url=None):
+def studies(results, loss, trials, epochs, url=None, folds=1):
     """The study as `tune` keeps it: in `url`, by default the SQLite file under `results`."""
-    setup = TuneSetup("digits", 8, trials, epochs)
+    setup = TuneSetup("digits", 8, trials, epochs, folds)
     return open_study(setup, loss, url or default_storage(results))
 
 
@@ -73,43 +74,47 @@ def start_tune(results, trials, epochs, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def mid_second_trial(results) -> bool:
-    """One trial's run finished and the next one's past an epoch: a checkpoint, no metrics (the
-    checkpoint looked at first: the run was unfinished after it was seen)."""
+def mid_second_trial(results, storage) -> bool:
+    """The first trial (the loss's default) done, then a run of the next one past an epoch: a
+    checkpoint and no metrics (looked at in this order, the first trial's runs are finished)."""
+    if not complete(studies(results, "contrastive", 2, 2, storage, folds=2)):
+        return False
     runs = list((results / "tune" / "trials").glob("*"))
     started = [r for r in runs if (r / "checkpoint.pt").is_file()]
-    return any(not (r / "metrics.json").is_file() for r in started) and any(
-        (r / "metrics.json").is_file() for r in runs
-    )
+    return any(not (r / "metrics.json").is_file() for r in started)
 
 
 def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, storage):
-    proc = start_tune(tmp_path, 2, 3, "--storage", storage)
+    # Pruned (the default pruner), two folds a trial, the loss's default the first trial.
+    proc = start_tune(tmp_path, 2, 2, "--storage", storage, "--folds", "2")
     deadline = time.time() + 120
-    while not mid_second_trial(tmp_path) and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.05)
+    while not mid_second_trial(tmp_path, storage) and proc.poll() is None:
+        assert time.time() < deadline
+        time.sleep(0.1)
     os.kill(proc.pid, signal.SIGKILL)  # mid-trial: the second trial's run has a checkpoint
     proc.wait()
-    study = studies(tmp_path, "contrastive", 2, 3, storage)
-    done_before = {t.number: t.value for t in complete(study)}
+    study = studies(tmp_path, "contrastive", 2, 2, storage, folds=2)
+    (default,) = complete(study)
+    assert default.number == 0 and default.user_attrs[DEFAULT]
+    assert default.user_attrs[EPOCHS_TRAINED] == 4  # 2 folds x 2 epochs, never pruned
     (killed,) = study.get_trials(states=(TrialState.RUNNING,))
-    assert len(done_before) == 1
     time.sleep(1.5)  # past the grace period below: the killed trial is failed and retried
     # The same command again, in this process: another worker that reads only what the killed
     # one left in the study's database (a second interpreter would only import torch again).
-    resumed = cli(*contrastive_tune(tmp_path, 2, 3, "--storage", storage, "--grace", "1"))
+    again = contrastive_tune(tmp_path, 2, 2, "--storage", storage, "--grace", "1", "--folds", "2")
+    resumed = cli(*again)
     assert resumed.exit_code == 0, resumed.output
-    study = studies(tmp_path, "contrastive", 2, 3, storage)
-    finished = complete(study)
+    study = studies(tmp_path, "contrastive", 2, 2, storage, folds=2)
     states = [(t.number, t.state.name, t.params) for t in study.trials]
-    assert len(finished) == 2, states
-    assert {t.number: t.value for t in finished if t.number in done_before} == done_before
-    (retry,) = [t for t in finished if t.number not in done_before]
+    done = [t for t in study.trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED)]
+    assert len(done) == 2 and done[0].number == 0 and done[0].value == default.value, states
+    retry = done[1]  # complete, or pruned by the pruner: either way it took its place once
     assert study.trials[killed.number].state == TrialState.FAIL, states
     assert RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == killed.number
     assert retry.params == killed.params  # the same run folder, resumed:
-    assert re.search(r"resuming after epoch [12] of 3", resumed.output), resumed.output
-    assert len({tuple(sorted(t.params.items())) for t in finished}) == 2  # none done twice
+    assert re.search(r"resuming after epoch 1 of 2", resumed.output), resumed.output
+    # The retry inherited what the killed trial had reported, and went on from there.
+    assert set(killed.intermediate_values.items()) <= set(retry.intermediate_values.items())
 
 
 def retrained(monkeypatch) -> list[list[tuple]]:
@@ -169,7 +174,8 @@ def test_two_trials_started_at_once_for_the_last_place_run_one_and_prune_one(tmp
     first = study.ask()
     study.tell(first, 0.5)
     one, other = study.ask(), study.ask()  # two workers' trials, started together
-    assert not budget_taken(one, 2) and budget_taken(other, 2)
+    setup = TuneSetup("digits", 8, 2, 1)
+    assert not budget_taken(one, setup) and budget_taken(other, setup)
 
 
 def test_a_missing_driver_is_one_line_naming_the_extra(tmp_path, monkeypatch):

@@ -12,6 +12,7 @@ from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wai
 from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG, setting_options, settings_from
+from bench.tune.choices import PRUNER_DEFAULT, PRUNER_NAMES
 from bench.util.errors import first_line
 
 # Run settings tune takes as given, for every trial and retrained run (not searched).
@@ -22,8 +23,34 @@ HELD = ("optimizer", "memory")
 @click.option("--loss", "losses", required=True, help="Losses to tune, e.g. contrastive,nngk.")
 @DATASET
 @click.option("--dims", type=POSITIVE, default=64, show_default=True)
-@click.option("--trials", type=POSITIVE, default=8, show_default=True, help="Trials per loss.")
-@click.option("--epochs", type=POSITIVE, default=3, show_default=True, help="Epochs per trial.")
+@click.option(
+    "--trials",
+    type=POSITIVE,
+    default=8,
+    show_default=True,
+    help="Trials per loss, complete or pruned; the first is the loss's shipped default.",
+)
+@click.option(
+    "--epochs",
+    type=POSITIVE,
+    default=None,
+    help="Epochs of a trial that is not pruned. Default: the data set's preset.",
+)
+@click.option(
+    "--pruner",
+    type=click.Choice(list(PRUNER_NAMES)),
+    default=PRUNER_DEFAULT,
+    show_default=True,
+    help="What stops the trials that trail the others at the same epoch (none: every trial "
+    "trains every epoch).",
+)
+@click.option(
+    "--epoch-budget",
+    type=POSITIVE,
+    default=None,
+    help="Also stop a loss's search once its trials have trained this many epochs (folds "
+    "count apart): the budget that is equal across losses when trials are pruned.",
+)
 @click.option(
     "--folds",
     type=POSITIVE,
@@ -55,18 +82,21 @@ HELD = ("optimizer", "memory")
 @LOG
 @dispatch_options
 def tune(
-    losses, dataset, dims, trials, epochs, folds, seeds, loss_param, final_epochs, no_retrain,
-    storage, grace, results, log, **jobs,
+    losses, dataset, dims, trials, epochs, pruner, epoch_budget, folds, seeds, loss_param,
+    final_epochs, no_retrain, storage, grace, results, log, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
-    on validation classes; retrain the best with SEEDS. Run it in several processes or on
-    several machines (one --storage) to share the trials, or as --jobs submitit jobs."""
+    on validation classes, its shipped default the first trial, the trials that trail pruned
+    after each epoch; retrain the best with SEEDS. Run it in several processes or on several
+    machines (one --storage) to share the trials, or as --jobs submitit jobs."""
     from bench.cli.run import check_choices
     from bench.runs.config import RunConfig
     from bench.tune.study import (
         TuneSetup,
         default_storage,
         open_study,
+        preset_epochs,
+        pruning_line,
         tune_loss,
         tuned_configs,
         write_summary,
@@ -90,7 +120,16 @@ def tune(
         raise click.ClickException(str(err)) from None
     fixed = {name: params for name, params in fixed.items() if params}
     setup = TuneSetup(
-        dataset, dims, trials, epochs, folds, grace_s=grace, fixed=fixed, settings=held
+        dataset,
+        dims,
+        trials,
+        epochs or preset_epochs(dataset, names, held),
+        folds,
+        grace_s=grace,
+        fixed=fixed,
+        settings=held,
+        pruner=pruner,
+        epoch_budget=epoch_budget,
     )
     url = storage or default_storage(results)
     if dispatch.executor != "none":
@@ -115,6 +154,7 @@ def tune(
             f"{study.study_name}: best validation {study.best_value:.4f} with "
             f"{study.best_trial.params} ({folder})"
         )
+        click.echo(f"{study.study_name}: {pruning_line(study, setup)}")
         configs += tuned_configs(study, setup, name, seeds, final_epochs)
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:

@@ -22,7 +22,8 @@ class StorageError(ValueError):
 
 def rdb_storage(url: str, grace_s: int) -> RDBStorage:
     """Optuna's storage at `url`, with heartbeats: a RUNNING trial silent for `grace_s` seconds
-    is failed and retried (up to 3 times) with the same parameters."""
+    is failed and retried (up to 3 times) with the same parameters and the validation scores
+    it had reported (the pruner's view of it; its runs resume from their checkpoints)."""
     from sqlalchemy.exc import ArgumentError
 
     try:
@@ -30,7 +31,9 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
             url,
             heartbeat_interval=HEARTBEAT_S,
             grace_period=grace_s,
-            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=3),
+            heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
+                max_retry=3, inherit_intermediate_values=True
+            ),
         )
     except ArgumentError as err:
         raise StorageError(f"--storage {shown(url)}: {first_line(err)}") from None

@@ -1,9 +1,11 @@
 """Equal-budget hyper-parameter search per loss with Optuna, on validation data only.
 
 Every loss gets the same number of trials, the same epochs per trial and the same sampler: a
-scrambled Sobol sequence (Optuna's QMCSampler), which draws each trial's point by its number,
-so processes that share a study draw different points and a restarted study goes on where it
-stopped. A trial trains one run per class fold (`classes:F/K`: validation classes never trained
+shifted Sobol sequence (bench.tune.sampler), which draws each trial's point by its number, so
+processes that share a study draw different points, a restarted study goes on where it stopped,
+and every loss is tried at the same learning rates and weight decays.
+
+A trial trains one run per class fold (`classes:F/K`: validation classes never trained
 on, k-fold over the training classes as in Musgrave et al.'s "A Metric Learning Reality Check")
 and scores the mean of their best validation MAP@R. The test split is never embedded.
 
@@ -11,6 +13,13 @@ The study lives in an SQLite file under the results folder, or in any database O
 (`--storage postgresql://...`): workers on several machines then share it. A trial whose
 process was killed stops sending heartbeats and is failed and retried by the next worker; its
 runs resume from their checkpoints.
+
+Each trial reports its validation score after every epoch to a pruner (`--pruner`, Hyperband by
+default: bench.tune.pruning), which stops the trials that trail the others; the trials that
+survive train every epoch of the budget. The loss's shipped default (its preset's learning rate,
+weight decay and loss parameters) is the study's first trial, so the chosen settings are never
+below the default on validation. The study ends after `trials` trials (complete or pruned) or
+once its trials have trained `epoch_budget` epochs, whichever comes first.
 """
 
 from __future__ import annotations
@@ -22,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.study import MaxTrialsCallback
 from optuna.trial import TrialState
 
 from bench.runs import store
@@ -31,13 +39,25 @@ from bench.train.guards import DivergedAtStart
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
+from bench.tune.choices import PRUNER_DEFAULT
+from bench.tune.pruning import (
+    DEFAULT,
+    ReportingTrainer,
+    counts,
+    epochs_trained,
+    make_pruner,
+    savings,
+    skip,
+)
+from bench.tune.sampler import SobolSampler
 from bench.tune.storage import rdb_storage, storage_errors
 from bench.util.atomic import atomic_write_json
 from bench.util.names import safe_name
 from bench.util.progress import log
 from losses import get_loss_class
+from losses.registry import loss_defaults
 
-# QMCSampler and the matplotlib plots are "experimental" in Optuna, stable for our use.
+# The matplotlib plots are "experimental" in Optuna, stable for our use.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 # Searched for every loss, beside the loss's own `search_space`.
@@ -51,10 +71,12 @@ class TuneSetup:
     dataset: str = "glyphs"
     dims: int = 64
     trials: int = 8
-    epochs: int = 3
+    epochs: int = 10  # each trial's, unless pruned (`tune` gives it the preset's)
     folds: int = 1
     seed: int = 0
     grace_s: int = 60  # a RUNNING trial without a heartbeat for this long is failed, retried
+    pruner: str = PRUNER_DEFAULT  # bench.tune.pruning.PRUNERS
+    epoch_budget: int | None = None  # the epochs a study may train, over all its trials
     # Loss parameters held fixed (`tune --loss-param`), by loss: not searched, in every run.
     fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Run settings given to tune (--optimizer, --memory): in every trial and retrained run.
@@ -64,7 +86,15 @@ class TuneSetup:
         budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
         held = {**self.fixed.get(loss, {}), **self.settings}
         fixed = "".join(f"-{k}-{v}" for k, v in sorted(held.items()))
+        # Only a pruned search adds to the name, so that earlier studies keep theirs.
+        if self.pruner != "none":
+            budget += f"-{self.pruner}" + (f"-b{self.epoch_budget}" if self.epoch_budget else "")
         return f"{safe_name(self.dataset)}-{loss}-{budget}{safe_name(fixed)}"
+
+    @property
+    def steps(self) -> int:
+        """A trial's reports to the pruner when none prunes it: one per epoch of each fold."""
+        return self.folds * self.epochs
 
     def space(self, loss: str) -> dict[str, tuple[str, float, float]]:
         """What the trials search for `loss`: the common settings and the loss's own
@@ -96,14 +126,45 @@ def create_or_load(setup: TuneSetup, loss: str, storage_url: str) -> optuna.Stud
     if storage_url.startswith("sqlite:///"):
         Path(storage_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     storage = rdb_storage(storage_url, setup.grace_s)
-    sampler = optuna.samplers.QMCSampler(qmc_type="sobol", scramble=True, seed=setup.seed)
-    return optuna.create_study(
+    sampler = SobolSampler(list(setup.space(loss)), seed=setup.seed)
+    study = optuna.create_study(
         study_name=setup.study_name(loss),
         storage=storage,
         sampler=sampler,
+        pruner=make_pruner(setup.pruner, setup.steps),
         direction="maximize",
         load_if_exists=True,
     )
+    if not study.get_trials(deepcopy=False):
+        defaults = default_params(setup, loss)
+        study.enqueue_trial(defaults, user_attrs={DEFAULT: True}, skip_if_exists=True)
+    return study
+
+
+def preset_epochs(dataset: str, losses: list[str], settings: dict[str, Any]) -> int:
+    """The epochs the data set's preset trains: every loss's trials take the longest of them
+    (one number for all, so that the losses' budgets are equal)."""
+    return max(make_configs(dataset, loss, None, {}, **settings)[0].epochs for loss in losses)
+
+
+def pruning_line(study: optuna.Study, setup: TuneSetup) -> str:
+    """What the study's trials trained, and what pruning saved against training them all."""
+    saved = savings(study.get_trials(deepcopy=False), setup.steps)
+    spent, full = saved["epochs_trained"], saved["epochs_unpruned"]
+    share = f" ({100 * (1 - spent / full):.0f} % saved)" if full else ""
+    return (
+        f"{saved['trials']} trials ({saved['pruned']} pruned by {setup.pruner}) trained "
+        f"{spent} epochs, against {full} unpruned{share}"
+    )
+
+
+def default_params(setup: TuneSetup, loss: str) -> dict:
+    """The loss's shipped settings in its search space: the preset's learning rate and weight
+    decay on the data set, the preset's or the loss's own defaults for its parameters."""
+    (cfg,) = make_configs(setup.dataset, loss, (setup.dims,), {}, **setup.settings)
+    own = {**loss_defaults(loss), **cfg.loss_params}
+    values = {"lr": cfg.lr, "weight_decay": cfg.weight_decay, **own}
+    return {name: values[name] for name in setup.space(loss) if name in values}
 
 
 def suggest(trial: optuna.Trial, space: dict[str, tuple[str, float, float]]) -> dict:
@@ -135,18 +196,25 @@ def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
     return with_data_identity([replace(base, val_split=split) for split in splits])
 
 
-def trial_score(configs: list[RunConfig], trials_dir: Path) -> float:
-    """Mean best validation score of the trial's runs (a finished run is read, not redone).
-    A run that diverges before its first epoch ends scores 0, the least MAP@R: the settings
-    are the loss's to avoid, and the trial still counts against its budget."""
+def trial_score(
+    configs: list[RunConfig], trials_dir: Path, trial: optuna.Trial | None = None
+) -> float:
+    """Mean best validation score of the trial's runs (a finished run is read, not redone),
+    each epoch reported to the trial's pruner where a `trial` is given. A run that diverges
+    before its first epoch ends scores 0, the least MAP@R: the settings are the loss's to
+    avoid, and the trial still counts against its budget."""
     scores = []
-    for cfg in configs:
+    for fold, cfg in enumerate(configs):
         run_dir = trials_dir / cfg.run_id()
         try:
             if store.is_finished(run_dir):
                 metrics = store.read_metrics(run_dir)
-            else:
+            elif trial is None:
                 metrics = Trainer(cfg, run_dir).fit(test=False)
+            else:
+                steps = {"offset": fold * cfg.epochs, "steps": len(configs) * cfg.epochs}
+                trainer = ReportingTrainer(cfg, run_dir, trial=trial, **steps)
+                metrics = trainer.fit(test=False)
         except DivergedAtStart as err:
             log.warning(f"{err}: the trial scores 0")
             metrics = {"val_score": 0.0}
@@ -158,23 +226,27 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path):
     space = setup.space(loss)
 
     def run_trial(trial: optuna.Trial) -> float:
-        if budget_taken(trial, setup.trials):  # the others' trials fill it: no extra trial
+        if budget_taken(trial, setup):  # the others' trials fill it: no extra trial
             trial.study.stop()
-            raise optuna.TrialPruned("the study's trials are done or under way")
+            raise skip(trial, "the study's trials are done or under way")
         params = suggest(trial, space)
         if is_duplicate(trial, params):  # two workers drew one point: it counts once
-            raise optuna.TrialPruned(f"the same parameters as another trial: {params}")
-        score = trial_score(trial_configs(setup, loss, params), trials_dir)
+            raise skip(trial, f"the same parameters as another trial: {params}")
+        score = trial_score(trial_configs(setup, loss, params), trials_dir, trial)
         log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
         return score
 
     return run_trial
 
 
-def budget_taken(trial: optuna.Trial, trials: int) -> bool:
-    """Whether the trials before this one (done or under way) fill the budget. Only those
-    before it: two workers that start the last trial at once then run one, not prune both."""
-    return len(earlier(trial)) >= trials
+def budget_taken(trial: optuna.Trial, setup: TuneSetup) -> bool:
+    """Whether the trials before this one (done, pruned or under way) fill the budget of
+    trials, or the study's trials have trained its epoch budget. Only trials before it: two
+    workers that start the last trial at once then run one, not skip both."""
+    if len(earlier(trial)) >= setup.trials:
+        return True
+    spent = epochs_trained(trial.study.get_trials(deepcopy=False))
+    return setup.epoch_budget is not None and spent >= setup.epoch_budget
 
 
 def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
@@ -182,10 +254,9 @@ def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
 
 
 def earlier(trial: optuna.Trial) -> list[optuna.trial.FrozenTrial]:
-    """The study's complete or running trials numbered before `trial`."""
-    states = (TrialState.COMPLETE, TrialState.RUNNING)
-    found = trial.study.get_trials(deepcopy=False, states=states)
-    return [t for t in found if t.number < trial.number]
+    """The study's trials numbered before `trial` that take a place (`pruning.counts`)."""
+    found = trial.study.get_trials(deepcopy=False)
+    return [t for t in found if t.number < trial.number and counts(t)]
 
 
 def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> optuna.Study:
@@ -193,19 +264,42 @@ def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> o
     ones (with other processes on the same study, between them)."""
     study = open_study(setup, loss, storage_url)
     with storage_errors(storage_url):  # the server lost while the trials run
-        done = count_complete(study)
-        if done < setup.trials:
+        done = count_done(study)
+        if not study_done(study, setup):
             log.info(f"{study.study_name}: {done} of {setup.trials} trials done; going on")
             study.optimize(
                 objective(setup, loss, Path(results) / "tune" / "trials"),
                 n_trials=setup.trials,
-                callbacks=[MaxTrialsCallback(setup.trials, states=(TrialState.COMPLETE,))],
+                callbacks=[stop_when_done(setup)],
             )
     return study
 
 
 def count_complete(study: optuna.Study) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
+def count_done(study: optuna.Study) -> int:
+    """Trials that took their place and ended: complete, or pruned by the pruner."""
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    return sum(counts(t) for t in trials)
+
+
+def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
+    if count_done(study) >= setup.trials:
+        return True
+    spent = epochs_trained(study.get_trials(deepcopy=False))
+    return setup.epoch_budget is not None and spent >= setup.epoch_budget
+
+
+def stop_when_done(setup: TuneSetup):
+    """A callback that stops this worker once the study has its trials or its epochs."""
+
+    def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if study_done(study, setup):
+            study.stop()
+
+    return callback
 
 
 def best_params(study: optuna.Study) -> dict:
@@ -227,6 +321,7 @@ def write_summary(study: optuna.Study, setup: TuneSetup, loss: str, results: Pat
         "best_params": best_params(study),
         "fixed_params": setup.fixed.get(loss, {}),  # tune --loss-param: held, not searched
         "trials": count_complete(study),
+        "pruning": savings(study.get_trials(deepcopy=False), setup.steps),
     }
     atomic_write_json(out / "best.json", record)
     save_plots(study, out)
