@@ -172,3 +172,33 @@ def test_gallery_evaluation_matches_pml_with_a_reference_set(chunk):
     assert not np.isin(labels[~in_gallery], labels[in_gallery]).all()  # some queries left out
     assert ours["recall@1"] == pytest.approx(theirs["precision_at_1"])
     assert ours["map@r"] == pytest.approx(theirs["mean_average_precision_at_r"])
+
+
+def test_evaluate_hands_back_the_per_query_scores_of_its_own_search(monkeypatch):
+    """with_scores: the scores by hand on the line (as test_recall_at_k_by_hand and
+    test_map_at_r_by_hand count them), from the one search that gave the metrics."""
+    import bench.evaluation.retrieval as retrieval
+
+    searches = []
+    real = retrieval.FlatSearch.__call__
+    monkeypatch.setattr(
+        retrieval.FlatSearch, "__call__", lambda s, q, k: searches.append(k) or real(s, q, k)
+    )
+    metrics, scores = evaluate(LINE, LINE_LABELS, clustering=False, with_scores=True)
+    assert len(searches) == 1
+    assert scores["recall@1"].tolist() == [1, 1, 1, 1, 0]
+    assert scores["recall@4"].tolist() == [1, 1, 1, 1, 1]
+    assert scores["map@r"].tolist() == [0.5, 0.5, 1, 1, 0]
+    assert metrics == evaluate(LINE, LINE_LABELS, clustering=False)
+    assert metrics["map@r"] == scores["map@r"].mean() == pytest.approx(0.6)
+
+
+def test_evaluate_gallery_hands_back_its_per_query_scores():
+    metrics, scores = evaluate_gallery(
+        QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, with_scores=True
+    )
+    assert metrics == evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS)
+    plain = gallery_scores(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS)
+    assert scores.keys() == plain.keys()
+    for key, values in scores.items():
+        np.testing.assert_array_equal(values, plain[key])  # NaN for the query without a class

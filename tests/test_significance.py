@@ -9,7 +9,7 @@ from scipy import stats
 
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import query_scores
-from bench.report.significance import bootstrap_difference, t_halfwidth
+from bench.report.significance import LEVEL, bootstrap_difference, t_halfwidth
 from bench.report.write import write_report
 from tests.test_report_tables import make_run
 
@@ -44,6 +44,40 @@ def test_bootstrap_interval_matches_a_plain_loop():
     assert d.diff == pytest.approx(a.mean() - b.mean())
     assert d.low == pytest.approx(low, abs=0.01) and d.high == pytest.approx(high, abs=0.01)
     assert d.significant
+
+
+def one_draw_per_comparison(a, b, replicates, seed=0):
+    """The bootstrap as it was before its draws were kept: drawn afresh for each comparison."""
+    keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
+    a, b = a[:, keep], b[:, keep]
+    rng, n, diffs = np.random.default_rng(seed), a.shape[1], []
+    for start in range(0, replicates, 250):
+        reps = min(250, replicates - start)
+        weights = rng.multinomial(n, np.full(n, 1 / n), size=reps).T / n
+        pick_a = rng.integers(0, len(a), size=(len(a), reps))
+        pick_b = rng.integers(0, len(b), size=(len(b), reps))
+        cols = np.arange(reps)
+        diffs.append((a @ weights)[pick_a, cols].mean(0) - (b @ weights)[pick_b, cols].mean(0))
+    level = [50 * (1 - LEVEL), 50 * (1 + LEVEL)]  # 2.5 and 97.5 as the report rounds them
+    low, high = np.percentile(np.concatenate(diffs), level)
+    return float(a.mean() - b.mean()), float(low), float(high)
+
+
+@pytest.mark.parametrize("kept", [True, False])
+def test_kept_draws_give_the_intervals_of_fresh_ones_to_the_bit(kept, monkeypatch):
+    from bench.report import significance
+
+    if not kept:
+        monkeypatch.setattr(significance, "KEPT_CELLS", 0)
+    significance._kept_draws.cache_clear()
+    rng = np.random.default_rng(5)
+    for seeds_a, seeds_b, queries, replicates in [(3, 2, 120, 2000), (1, 4, 90, 1001)]:
+        a, b = rng.random((seeds_a, queries)), rng.random((seeds_b, queries))
+        a[0, 7] = np.nan  # one query fewer, as MAP@R leaves out a class of one
+        for _ in range(2):  # the second from the kept draws
+            d = bootstrap_difference(a, b, replicates=replicates)
+            assert (d.diff, d.low, d.high) == one_draw_per_comparison(a, b, replicates)
+    assert significance._kept_draws.cache_info().hits == (2 if kept else 0)
 
 
 def test_no_difference_is_not_significant_and_nan_queries_are_left_out():

@@ -15,6 +15,7 @@ from bench.data.sources.inshop import LAYOUT, PARTITION, SOURCE, read_inshop
 from bench.data.splits import make_splits
 from bench.evaluation.clustering import nmi
 from bench.evaluation.metrics import evaluate, evaluate_gallery
+from bench.evaluation.retrieval import gallery_scores
 from bench.protocols import get_protocol
 from bench.train.evaluations import retrieval_metrics
 from tests.fixtures.inshop import FOLDER, images, make_inshop
@@ -168,6 +169,20 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     assert {k: every[k] for k in expected} != pytest.approx(expected, abs=1e-3)
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_map@r" in history
+    # The saved query flags and scores are the gallery search's: the report's bootstrap
+    # resamples them, and re-scores a run without them as its protocol searched.
+    assert saved["queries"].tolist() == queries.tolist()
+    from bench.report.significance import run_query_scores, searched_as_saved
+    from bench.runs import store
+
+    kept = store.read_query_scores(run)
+    gallery = gallery_scores(emb[queries], labels[queries], emb[~queries], labels[~queries])
+    again = searched_as_saved(run, emb, labels)
+    for name in gallery:
+        np.testing.assert_array_equal(kept[name], gallery[name])
+        np.testing.assert_array_equal(again[name], gallery[name])
+    (run / store.QUERY_SCORES).unlink()
+    np.testing.assert_array_equal(run_query_scores(run)["map@r"], gallery["map@r"])
     # Both baseline rows (raw inputs, the untrained network) are searched the same way.
     baselines = [p for p in (tmp_path / "r").iterdir() if "-untrained-" in p.name]
     assert len(baselines) == 2

@@ -137,11 +137,13 @@ def run_linear_method(
     atomic_write_json(target / store.CONFIG, config)
     emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
     atomic_save_npz(target / store.EMBEDDINGS, embeddings=emb, labels=labels)
+    found, scores = evaluate(emb, labels, seed=seed, with_scores=True)
+    store.save_query_scores(target, scores, store.EMBEDDINGS)
     curve = mprec_at_k(emb, labels)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})
     atomic_write_text(target / MPREC, table.to_csv(index=False))
     metrics = {
-        **evaluate(emb, labels, seed=seed),
+        **found,
         **mprec_metrics(curve),
         "dataset": dataset,
         "protocol": Linear.registry_name,

@@ -11,6 +11,7 @@ METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
 
 
 BEST_OF = 5  # k-means restarts of `nmi_best_of_5`
+Scores = dict[str, np.ndarray]  # each query's recall@K hits and AP@R, in query order
 
 
 def evaluate(
@@ -20,11 +21,14 @@ def evaluate(
     clustering: bool = True,
     best_of: bool = True,
     chunk: int | None = None,
-) -> dict:
+    with_scores: bool = False,
+) -> dict | tuple[dict, Scores]:
     """All retrieval and clustering metrics of one embedding of a labelled set: NMI of one
     k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
     `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only.
-    `chunk`: queries searched at a time (default: `retrieval.chunk_rows`)."""
+    `chunk`: queries searched at a time (default: `retrieval.chunk_rows`). `with_scores`:
+    (metrics, each query's scores as `retrieval.query_scores` gives them), from the same
+    search (what `bench.runs.store.save_query_scores` keeps for the report)."""
     labels = np.asarray(labels)
     scores = query_scores(embeddings, labels, chunk)
     metrics = {f"recall@{k}": float(scores[f"recall@{k}"].mean()) for k in RECALL_KS}
@@ -33,7 +37,7 @@ def evaluate(
     if clustering and best_of:
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF)
     metrics["map@r"] = float(np.nanmean(scores["map@r"]))
-    return metrics
+    return (metrics, scores) if with_scores else metrics
 
 
 def evaluate_gallery(
@@ -42,9 +46,12 @@ def evaluate_gallery(
     gallery: np.ndarray,
     gallery_labels: np.ndarray,
     chunk: int | None = None,
-) -> dict:
+    with_scores: bool = False,
+) -> dict | tuple[dict, Scores]:
     """R@K and MAP@R of queries searched in a separate gallery (In-Shop's protocol): R is the
     number of gallery items of the query's class, and queries whose class has none are left out,
-    as PML's AccuracyCalculator does (`reference=`, `ref_includes_query=False`)."""
+    as PML's AccuracyCalculator does (`reference=`, `ref_includes_query=False`). `with_scores`:
+    (metrics, each query's scores as `retrieval.gallery_scores` gives them, NaN for those)."""
     scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk)
-    return {key: float(np.nanmean(values)) for key, values in scores.items()}
+    metrics = {key: float(np.nanmean(values)) for key, values in scores.items()}
+    return (metrics, scores) if with_scores else metrics

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from bench.runs import store
 from bench.util.errors import first_line
 
 
@@ -63,3 +64,10 @@ def saved_numbers(
     if missing:
         raise DamagedRun(path, f"it has no column {', '.join(missing)}")
     return frame
+
+
+def saved_query_flags(run_dir: Path) -> np.ndarray | None:
+    """Which test items are queries, where the run's protocol searches queries in a gallery
+    (saved beside its test embeddings); None where every item is a query."""
+    with np.load(Path(run_dir) / store.EMBEDDINGS) as saved:
+        return np.asarray(saved["queries"], dtype=bool) if "queries" in saved.files else None

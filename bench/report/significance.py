@@ -3,33 +3,38 @@ between losses are significant.
 
 - A cell's interval is Student's t over the distinct seeds of its row (mean ± t * s / sqrt(n)).
 - Two rows of one size are compared by a hierarchical bootstrap: each replicate resamples the
-  test queries (the same for both rows, so the comparison is paired over queries) and each
-  row's seeds, and takes the difference of the mean per-query scores (R@K hit, AP@R) that
-  each row's saved test embeddings give; so both the test set's sampling and the training
-  runs' spread widen the interval. A difference is significant when its 95 % percentile
-  interval excludes 0 and, where both rows have two seeds or more, Welch's t-test over their
-  per-seed means agrees (p < 0.05): resampling three seeds understates their spread, the
-  t-test does not. NMI, which has no per-query score, gets an interval only. A row with one
-  seed is never marked: its spread over seeds is unknown, so no difference to it is.
+  test queries (the same for both rows, so the comparison is paired over queries) and each row's
+  seeds, and takes the difference of the mean per-query scores (R@K hit, AP@R) of each row's
+  test embeddings, as its runs saved them (`store.QUERY_SCORES`; a run without them is scored
+  once from its embeddings, and they are saved for the next report); so both the test set's
+  sampling and the training runs' spread widen the interval. A difference is significant when
+  its 95 % percentile interval excludes 0 and, where both rows have two seeds or more, Welch's
+  t-test over their per-seed means agrees (p < 0.05): resampling three seeds understates their
+  spread, the t-test does not. NMI, which has no per-query score, gets an interval only. A row
+  with one seed is never marked: its spread over seeds is unknown, so no difference to it is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bench.evaluation.retrieval import query_scores
-from bench.report.run_files import saved_embeddings
+from bench.evaluation.retrieval import gallery_scores, query_scores
+from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.runs import store
 
 LEVEL = 0.95
 REPLICATES = 2000
 MIN_SEEDS = 2  # seeds each of two rows needs before their difference can be significant
 COMPARED = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
+BLOCK = 250  # bootstrap replicates drawn at a time
+KEPT_CELLS = 2**24  # queries x replicates of draws kept for the next comparison (32 MB)
 
 
 def t_halfwidth(values: pd.Series) -> float:
@@ -42,9 +47,31 @@ def t_halfwidth(values: pd.Series) -> float:
 
 
 def run_query_scores(run_dir: Path) -> dict[str, np.ndarray] | None:
-    """Per-query scores of a run's saved test embeddings; None where it saved none."""
+    """Per-query scores of a run's saved test embeddings: those the run saved beside them
+    (`store.read_query_scores`: whole, and of the embeddings as they are now), else scored
+    once from the embeddings and saved for the next report (where the folder cannot be
+    written, used from memory alone); None where the run saved no test embeddings."""
+    cached = store.read_query_scores(run_dir)
+    if cached is not None and all(m in cached for m in COMPARED):
+        return cached
     saved = saved_embeddings(run_dir, store.EMBEDDINGS)
-    return None if saved is None else query_scores(*saved)
+    if saved is None:
+        return None
+    scores = searched_as_saved(run_dir, *saved)
+    try:
+        store.save_query_scores(run_dir, scores)
+    except OSError:  # a read-only results folder: the next report scores it again
+        pass
+    return scores
+
+
+def searched_as_saved(run_dir: Path, emb: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """Each query's scores, searched as the run's protocol searched: with query flags saved
+    (a protocol with a gallery), the queries in the gallery; else every item among the others."""
+    queries = saved_query_flags(run_dir)
+    if queries is None:
+        return query_scores(emb, labels)
+    return gallery_scores(emb[queries], labels[queries], emb[~queries], labels[~queries])
 
 
 @dataclass(frozen=True)
@@ -68,21 +95,50 @@ def bootstrap_difference(
     a, b = np.atleast_2d(a), np.atleast_2d(b)
     keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
     a, b = a[:, keep], b[:, keep]
-    rng = np.random.default_rng(seed)
     n = a.shape[1]
     diffs = np.empty(replicates)
-    for start in range(0, replicates, 250):
-        reps = min(250, replicates - start)
-        weights = rng.multinomial(n, np.full(n, 1 / n), size=reps).T / n  # (queries, reps)
+    start = 0
+    for counts, pick_a, pick_b in resamples(n, len(a), len(b), replicates, seed):
+        weights = counts.T / n  # (queries, reps)
         per_seed_a, per_seed_b = a @ weights, b @ weights  # (seeds, reps)
-        pick_a = rng.integers(0, len(a), size=(len(a), reps))
-        pick_b = rng.integers(0, len(b), size=(len(b), reps))
-        cols = np.arange(reps)
-        diffs[start : start + reps] = per_seed_a[pick_a, cols].mean(axis=0) - per_seed_b[
+        cols = np.arange(len(counts))
+        diffs[start : start + len(counts)] = per_seed_a[pick_a, cols].mean(axis=0) - per_seed_b[
             pick_b, cols
         ].mean(axis=0)
+        start += len(counts)
     low, high = np.percentile(diffs, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
     return Difference(float(a.mean() - b.mean()), float(low), float(high))
+
+
+Draws = tuple[np.ndarray, np.ndarray, np.ndarray]  # (reps, queries) counts; seed picks a, b
+
+
+def resamples(
+    n: int, seeds_a: int, seeds_b: int, replicates: int, seed: int
+) -> Sequence[Draws] | Iterator[Draws]:
+    """The bootstrap's random draws in blocks of BLOCK replicates: how often each of n queries
+    is drawn, and which seeds of each row. They depend on these arguments alone, so every
+    comparison of rows with as many queries and seeds has the same, and they are drawn once
+    where they are small (`KEPT_CELLS`): the multinomial draws took most of a report's time."""
+    if n * replicates <= KEPT_CELLS:
+        return _kept_draws(n, seeds_a, seeds_b, replicates, seed)
+    return _draws(n, seeds_a, seeds_b, replicates, seed)
+
+
+@lru_cache(maxsize=4)
+def _kept_draws(n: int, seeds_a: int, seeds_b: int, replicates: int, seed: int) -> list[Draws]:
+    return list(_draws(n, seeds_a, seeds_b, replicates, seed))
+
+
+def _draws(n: int, seeds_a: int, seeds_b: int, replicates: int, seed: int) -> Iterator[Draws]:
+    rng = np.random.default_rng(seed)
+    small = np.uint16 if n < 2**16 else np.int64  # a count is at most n
+    for start in range(0, replicates, BLOCK):
+        reps = min(BLOCK, replicates - start)
+        counts = rng.multinomial(n, np.full(n, 1 / n), size=reps).astype(small)
+        pick_a = rng.integers(0, seeds_a, size=(seeds_a, reps))
+        pick_b = rng.integers(0, seeds_b, size=(seeds_b, reps))
+        yield counts, pick_a, pick_b
 
 
 def row_scores(runs: pd.DataFrame) -> dict[str, np.ndarray] | None:

@@ -6,10 +6,15 @@ killed run never looks finished.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
+
+import numpy as np
 
 METRICS = "metrics.json"
 CONFIG = "config.json"
@@ -17,6 +22,11 @@ HISTORY = "history.csv"
 CHECKPOINT = "checkpoint.pt"
 EMBEDDINGS = "test_embeddings.npz"
 TRAIN_EMBEDDINGS = "train_embeddings.npz"
+# Each test query's R@K hits and AP@R, tied to the test embeddings they were computed from:
+# `scores` (metrics x queries) and `record` (JSON: the metrics' names, the format, the size and
+# sha256 of the embeddings file). Two arrays: each array of an .npz costs ~50 us to read.
+QUERY_SCORES = "test_query_scores.npz"
+SCORES_FORMAT = 1
 
 
 def is_run(folder: Path) -> bool:
@@ -38,6 +48,80 @@ def read_metrics(run_dir: Path) -> dict:
     if not isinstance(metrics, dict):
         raise ValueError(f"{run_dir}: {METRICS} is not a JSON object")
     return metrics
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_query_scores(
+    run_dir: Path, scores: Mapping[str, np.ndarray], embeddings_file: str | Path = EMBEDDINGS
+) -> Path:
+    """Write each test query's scores (name -> one value per query, in query order, as
+    `bench.evaluation.retrieval.query_scores` gives them) into the run's QUERY_SCORES, with the
+    size and sha256 of the embeddings file (in `run_dir`, or a path) they were computed from,
+    so that `read_query_scores` never trusts them once that file changed."""
+    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
+
+    names = [str(name) for name in scores]
+    rows = [np.asarray(values, dtype=np.float64) for values in scores.values()]
+    shapes = {row.shape for row in rows}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+        raise ValueError(f"per-query scores need one value per query each, got shapes {shapes}")
+    source = Path(run_dir) / embeddings_file
+    record = {
+        "format": SCORES_FORMAT,
+        "names": names,
+        "embeddings_bytes": source.stat().st_size,
+        "embeddings_sha256": file_sha256(source),
+    }
+    path = Path(run_dir) / QUERY_SCORES
+    record_text = np.array(json.dumps(record, sort_keys=True))
+    atomic_save_npz(path, scores=np.stack(rows), record=record_text)
+    return path
+
+
+def read_query_scores(
+    run_dir: Path, embeddings_file: str | Path = EMBEDDINGS
+) -> dict[str, np.ndarray] | None:
+    """The per-query scores `save_query_scores` wrote, where they are whole and of the
+    embeddings file as it is now; None where there are none, or they are damaged, truncated,
+    of another format or stale (the embeddings changed since): the caller scores again."""
+    path, source = Path(run_dir) / QUERY_SCORES, Path(run_dir) / embeddings_file
+    if not path.is_file() or not source.is_file():
+        return None
+    try:
+        with np.load(path) as saved:
+            table, record = saved["scores"], json.loads(saved["record"].item())
+    except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    if not _fits(table, record) or not _of(record, source):
+        return None
+    return dict(zip(record["names"], table, strict=True))
+
+
+def _fits(table: np.ndarray, record: object) -> bool:
+    """A record of this format naming one row of floats per metric."""
+    return (
+        isinstance(record, dict)
+        and record.get("format") == SCORES_FORMAT
+        and isinstance(record.get("names"), list)
+        and table.dtype == np.float64
+        and table.ndim == 2
+        and len(table) == len(record["names"])
+    )
+
+
+def _of(record: dict, source: Path) -> bool:
+    """Whether the record names `source` as it is now: its size, then (only where that agrees:
+    the hash reads the whole file) its sha256."""
+    return record.get("embeddings_bytes") == source.stat().st_size and record.get(
+        "embeddings_sha256"
+    ) == file_sha256(source)
 
 
 def scan_runs(results: Path) -> tuple[list[tuple[Path, dict]], list[str]]:

@@ -16,10 +16,10 @@ from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, current_weights_label, untrained_label
-from bench.train.evaluations import retrieval_metrics
+from bench.train.evaluations import retrieval_scores, save_test_embeddings
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
-from bench.util.atomic import atomic_save_npz, atomic_write_json
+from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 from losses import loss_family
@@ -134,9 +134,9 @@ def write_baseline(
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
-    metrics = retrieval_metrics(protocol, embeddings, labels, queries, seed=base.seed)
+    metrics, scores = retrieval_scores(protocol, embeddings, labels, queries, seed=base.seed)
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
-    atomic_save_npz(run_dir / store.EMBEDDINGS, embeddings=embeddings, labels=labels)
+    save_test_embeddings(run_dir, embeddings, labels, queries, scores)
     metrics.update(run_summary(base, features=label, input_size=inputs))
     atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

@@ -7,6 +7,7 @@ Each evaluation takes the trainer as `run`: its data, `embed_split`, loss and ru
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,10 +15,11 @@ import torch
 
 from bench.evaluation.classification import classification_scores
 from bench.evaluation.clustering import nmi, nmi_best_of
-from bench.evaluation.metrics import BEST_OF, evaluate, evaluate_gallery
+from bench.evaluation.metrics import BEST_OF, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
-from bench.util.atomic import atomic_write_text
+from bench.runs import store
+from bench.util.atomic import atomic_save_npz, atomic_write_text
 from bench.util.registry import Registry
 
 EVALUATIONS = Registry("evaluation")
@@ -45,11 +47,22 @@ def retrieval_metrics(
     queries: np.ndarray | None,
     seed: int,
 ) -> dict:
-    """R@K, NMI and MAP@R of a test split as the protocol searches it: every item among the
-    others (`evaluate`), or, with a gallery, each query (`queries` flags them) among the gallery
-    items only (`gallery_metrics`)."""
+    """R@K, NMI and MAP@R of a test split as the protocol searches it (`retrieval_scores`)."""
+    return retrieval_scores(protocol, emb, labels, queries, seed)[0]
+
+
+def retrieval_scores(
+    protocol: type[Protocol],
+    emb: np.ndarray,
+    labels: np.ndarray,
+    queries: np.ndarray | None,
+    seed: int,
+) -> tuple[dict, Scores]:
+    """(R@K, NMI and MAP@R, each query's scores) of a test split as the protocol searches it:
+    every item among the others (`evaluate`), or, with a gallery, each query (`queries` flags
+    them) among the gallery items only (`gallery_metrics`), the scores those of the queries."""
     if not protocol.gallery:
-        return evaluate(emb, labels, seed=seed)
+        return evaluate(emb, labels, seed=seed, with_scores=True)
     if queries is None or len(queries) != len(labels):
         raise ValueError(
             "a protocol with a gallery needs the test split's query flags, one per item; this "
@@ -58,17 +71,36 @@ def retrieval_metrics(
     return gallery_metrics(emb, np.asarray(labels), np.asarray(queries, dtype=bool), seed)
 
 
-def gallery_metrics(emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int) -> dict:
-    """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`); NMI, of one
-    k-means run and the best of 5 as `evaluate` gives them, over the gallery alone (the set a
-    query is searched in: In-Shop's queries are a second view of the gallery's items)."""
+def gallery_metrics(
+    emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int
+) -> tuple[dict, Scores]:
+    """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`), with their
+    scores; NMI, of one k-means run and the best of 5 as `evaluate` gives them, over the gallery
+    alone (the set a query is searched in: In-Shop's queries are a second view of the gallery's
+    items)."""
     gallery, gallery_labels = emb[~queries], labels[~queries]
-    scores = evaluate_gallery(emb[queries], labels[queries], gallery, gallery_labels)
-    metrics = {key: value for key, value in scores.items() if key != "map@r"}
+    found, scores = evaluate_gallery(
+        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True
+    )
+    metrics = {key: value for key, value in found.items() if key != "map@r"}
     metrics["nmi"] = nmi(gallery, gallery_labels)
     metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
-    metrics["map@r"] = scores["map@r"]
-    return metrics
+    metrics["map@r"] = found["map@r"]
+    return metrics, scores
+
+
+def save_test_embeddings(
+    run_dir: Path,
+    emb: np.ndarray,
+    labels: np.ndarray,
+    queries: np.ndarray | None,
+    scores: Scores,
+) -> None:
+    """The test embeddings and labels (with a gallery, the query flags too), then each query's
+    scores beside them, so that the report never searches them again."""
+    flags = {} if queries is None else {"queries": np.asarray(queries, dtype=bool)}
+    atomic_save_npz(Path(run_dir) / store.EMBEDDINGS, embeddings=emb, labels=labels, **flags)
+    store.save_query_scores(run_dir, scores, store.EMBEDDINGS)
 
 
 @register_evaluation(CLASSIFIER)

@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from bench.data.datasets import query_flags
 from bench.evaluation.health import embedding_health
-from bench.evaluation.metrics import evaluate
+from bench.evaluation.metrics import Scores, evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
@@ -29,7 +29,7 @@ from bench.train.distributed import (
     share_from_main,
     wrap_model,
 )
-from bench.train.evaluations import evaluations_of, retrieval_metrics
+from bench.train.evaluations import evaluations_of, retrieval_scores, save_test_embeddings
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
@@ -176,16 +176,16 @@ class Trainer:
         metrics["score"] = self.protocol.score_of(metrics)
         return metrics
 
-    def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray]:
+    def test(self, write_tables: bool = False) -> tuple[dict, np.ndarray, np.ndarray, Scores]:
         """Test metrics, searched as the protocol searches (with a gallery: the test split's
         queries in its gallery), with what the protocol's evaluations add (`write_tables`: their
-        tables into the run folder), with the test embeddings and labels."""
+        tables into the run folder); the test embeddings and labels, and each query's scores."""
         emb, labels = self.embed_split(self.data.test)
         queries = query_flags(self.data.test)
-        metrics = retrieval_metrics(self.protocol, emb, labels, queries, self.cfg.seed)
+        metrics, scores = retrieval_scores(self.protocol, emb, labels, queries, self.cfg.seed)
         for evaluation in self.evaluations:
             metrics.update(evaluation.test(self, emb, labels, write_tables))
-        return metrics, emb, labels
+        return metrics, emb, labels, scores
 
     def start_or_resume(self) -> dict:
         """The progress so far: from the last checkpoint, or a fresh start."""
@@ -201,7 +201,7 @@ class Trainer:
         untrained = {}
         if self.testing and self.ranks.main:
             log.info(f"{self.name}: evaluating the untrained network on the test split")
-            untrained, _, _ = self.test()
+            untrained = self.test()[0]
         return {
             "epoch": 0,
             "history": [],
@@ -333,10 +333,10 @@ class Trainer:
         log.info(f"{self.name}: testing the checkpoint of epoch {best['epoch']}")
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
-        metrics, emb, labels = self.test(write_tables=True)
+        metrics, emb, labels, scores = self.test(write_tables=True)
         metrics.update(embedding_health(emb, labels, seed=self.cfg.seed))
         self.run_log.test(metrics, best["epoch"])
-        atomic_save_npz(self.run_dir / store.EMBEDDINGS, embeddings=emb, labels=labels)
+        save_test_embeddings(self.run_dir, emb, labels, query_flags(self.data.test), scores)
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
         atomic_save_npz(
             self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
