@@ -64,6 +64,13 @@ HELD = ("optimizer", "memory")
     "where the loss searches it), e.g. miner=all; repeatable."
 )
 @click.option("--final-epochs", type=POSITIVE, default=None, help="Default: the data set's preset.")
+@click.option(
+    "--cross-validate",
+    is_flag=True,
+    help="Retrain the best settings once per class fold and seed, each fold's validation "
+    "classes held out (Musgrave et al. 2020); the report adds the folds' mean and their "
+    "concatenated embeddings (<table>-tuned-folds.md). Needs --folds 2 or more.",
+)
 @click.option("--no-retrain", is_flag=True, help="Search only.")
 @click.option(
     "--storage",
@@ -83,7 +90,7 @@ HELD = ("optimizer", "memory")
 @dispatch_options
 def tune(
     losses, dataset, dims, trials, epochs, pruner, epoch_budget, folds, seeds, loss_param,
-    final_epochs, no_retrain, storage, grace, results, log, **jobs,
+    final_epochs, cross_validate, no_retrain, storage, grace, results, log, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
     on validation classes, its shipped default the first trial, the trials that trail pruned
@@ -111,6 +118,10 @@ def tune(
     dispatch = dispatch_from(jobs)
 
     names = [name for name in losses.split(",") if name]
+    if cross_validate and folds < 2:
+        raise click.ClickException(
+            f"--cross-validate trains a model per class fold: give --folds 2 or more, not {folds}"
+        )
     try:
         for name in names:
             check_choices(name, dataset)
@@ -155,7 +166,7 @@ def tune(
             f"{study.best_trial.params} ({folder})"
         )
         click.echo(f"{study.study_name}: {pruning_line(study, setup)}")
-        configs += tuned_configs(study, setup, name, seeds, final_epochs)
+        configs += tuned_configs(study, setup, name, seeds, final_epochs, cross_validate)
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)

@@ -30,6 +30,9 @@ KINDS = {
     "<table>-health.md": "embedding health per loss and size: principal components for 90/99 % "
     "of the variance, intra- vs inter-class distances, beside MAP@R",
     "<table>-health.csv": "the same, as numbers",
+    "<table>-folds.md": "cross-validated final models per loss and size (Musgrave et al. 2020): "
+    "the folds' mean and the folds' embeddings concatenated",
+    "<table>-folds.csv": "each seed's values of the same",
     "<table>-gallery-<loss>.png": "the best run of each loss (highest test MAP@R, then lowest "
     "seed) on the data set's fixed test queries: each query with its top-5 test images, framed "
     "green (same class) or red",

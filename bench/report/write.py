@@ -16,6 +16,7 @@ import pandas as pd
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.embedding import embedding_files
+from bench.report.folds import folds_files
 from bench.report.galleries import gallery_files
 from bench.report.health import health_files
 from bench.report.html import index_html
@@ -47,6 +48,7 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     mprec_figure,
     tsne_figure,
     gallery_files,
+    folds_files,
 )
 
 

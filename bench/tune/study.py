@@ -346,10 +346,17 @@ def save_plots(study: optuna.Study, out: Path) -> None:
 
 
 def tuned_configs(
-    study: optuna.Study, setup: TuneSetup, loss: str, seeds: tuple[int, ...], epochs: int | None
+    study: optuna.Study,
+    setup: TuneSetup,
+    loss: str,
+    seeds: tuple[int, ...],
+    epochs: int | None,
+    cross_validate: bool = False,
 ) -> list[RunConfig]:
     """The best parameters, trained as a normal run (the preset's validation split and
-    epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table."""
+    epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table.
+    `cross_validate`: once per seed and class fold instead, each fold's validation classes
+    held out (Musgrave et al. 2020's final models; report's `<table>-tuned-folds`)."""
     common, own = split_params(best_params(study))
     own = {**own, **setup.fixed.get(loss, {})}
     configs = []
@@ -364,5 +371,10 @@ def tuned_configs(
             **common,
             **setup.settings,
         )
-        configs.append(replace(cfg, preset="tuned", tuned=study.study_name))
+        cfg = replace(cfg, preset="tuned", tuned=study.study_name)
+        if not cross_validate:
+            configs.append(cfg)
+            continue
+        folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
+        configs += [replace(cfg, val_split=split) for split in folds]
     return configs
