@@ -114,6 +114,10 @@ def test_pruned_trials_stop_early_and_their_epochs_are_counted(tmp_path, monkeyp
     saved = round(100 * (1 - spent / 8))
     line = f"4 trials ({len(pruned)} pruned by halving) trained {spent} epochs, against 8 unpruned"
     assert f"{line} ({saved} % saved)" in out.output
+    from bench.report.tuning import tuning_files  # the report's tuning.md says the same
+
+    budget = f"4 trials ({len(pruned)} pruned by halving) of 2 epochs, 1 fold(s): {spent} of 8"
+    assert budget in tuning_files(tmp_path)["tuning.md"].decode()
 
 
 def test_an_epoch_budget_ends_the_search(tmp_path, monkeypatch):

@@ -38,7 +38,7 @@ def tuning_files(results: Path) -> Files:
     rows = []
     for study in studies:
         setup = study.get("setup", {})
-        budget = f"{study['trials']} x {setup.get('epochs')} epochs, {setup.get('folds')} fold(s)"
+        budget = budget_text(study)
         plots = []
         for kind in ("history", "importance"):
             png = study["folder"] / f"{kind}.png"
@@ -61,9 +61,26 @@ def tuning_files(results: Path) -> Files:
     files[f"{TUNING}.md"] = (
         "# Tuning: the same search budget for every loss\n\n"
         "Each loss's learning rate, weight decay and own parameters (`nngk-bench losses`), "
-        "searched with the same number of trials, epochs per trial and sampler (scrambled "
-        "Sobol), scored by MAP@R on validation classes never trained on; the test split is "
-        "never used. The chosen settings, retrained with several seeds, are the `-tuned` "
-        "tables.\n\n" + github_table(rows, headers)
+        "searched with the same number of trials, epochs per trial and sampler (Sobol), "
+        "scored by MAP@R on validation classes never trained on; the test split is never "
+        "used. Where a study was pruned, its first trial is the loss's default (never "
+        "pruned), and the budget says the epochs its trials trained against those they would "
+        "have trained unpruned. The chosen settings, retrained with several seeds, are the "
+        "`-tuned` tables.\n\n" + github_table(rows, headers)
     ).encode()
     return files
+
+
+def budget_text(study: dict) -> str:
+    """'8 x 10 epochs, 1 fold(s)', and for a pruned study what its trials trained instead:
+    '8 trials (3 pruned by hyperband) of 10 epochs, 1 fold(s): 61 of 80 epochs trained'."""
+    setup = study.get("setup", {})
+    epochs, folds = setup.get("epochs"), setup.get("folds")
+    pruning = study.get("pruning")
+    if not isinstance(pruning, dict) or setup.get("pruner", "none") == "none":
+        return f"{study['trials']} x {epochs} epochs, {folds} fold(s)"
+    return (
+        f"{pruning.get('trials')} trials ({pruning.get('pruned')} pruned by {setup['pruner']}) "
+        f"of {epochs} epochs, {folds} fold(s): {pruning.get('epochs_trained')} of "
+        f"{pruning.get('epochs_unpruned')} epochs trained"
+    )
