@@ -54,6 +54,32 @@ def test_generation_is_deterministic_and_pinned():
     assert (digest, G.VERSION) == (PINNED, 1)
 
 
+# sha1 of the pixels (first 16 digits) the generator gave before it rendered a chunk of whole
+# classes at a time into the cache: the same for every spec, the default set's included.
+BEFORE_CHUNKS = [
+    ("glyphs", "bb2c806dd0c133b8"),
+    ("glyphs:classes=40,size=16", "dd73767f1861f66f"),
+    ("glyphs:classes=23,instances=13,size=20,seed=3,difficulty=0.5", "48037d9b5b19f549"),
+    ("glyphs:first=1000,classes=12,instances=7,size=9,difficulty=2.5", "6e0c1336e3bec0e6"),
+    ("glyphs:classes=300,instances=2,size=8", "aa29e402654b8d29"),
+]
+
+
+@pytest.mark.parametrize("name, digest", BEFORE_CHUNKS)
+def test_the_cache_written_a_chunk_at_a_time_keeps_the_pixels(name, digest):
+    spec = GlyphSpec.parse(name)
+    images, labels = load_glyphs(spec, say=lambda _: None)
+    assert hashlib.sha1(images.tobytes()).hexdigest()[:16] == digest
+    assert labels.tolist() == [c for c in range(spec.classes) for _ in range(spec.instances)]
+
+
+def test_the_chunk_rendered_at_once_changes_no_pixel(monkeypatch):
+    monkeypatch.setattr(G, "RENDER_CHUNK", 1)  # a class at a time: 23 chunks, not 2
+    name, digest = BEFORE_CHUNKS[2]
+    images, _ = generate(GlyphSpec.parse(name))
+    assert hashlib.sha1(images.tobytes()).hexdigest()[:16] == digest
+
+
 def test_a_class_looks_the_same_whatever_the_number_of_classes():
     few, _ = generate(GlyphSpec(classes=4, instances=3, size=10))
     many, _ = generate(GlyphSpec(classes=9, instances=3, size=10))
@@ -132,20 +158,56 @@ def test_metric_protocol_is_class_disjoint():
 def test_cache_is_read_back_and_a_damaged_one_is_generated_again(cache, monkeypatch):
     spec = GlyphSpec.parse(SMALL)
     images, labels = load_glyphs(spec, say=lambda _: None)
+    assert isinstance(images, np.memmap) and not images.flags.writeable  # read in place
+    # A copy: the test rewrites the file in place below, which the memory map would not survive
+    # (the harness never does: it replaces a cache by renaming a new file over it).
+    images, labels = np.array(images), np.array(labels)
+    assert np.array_equal(images, generate(spec)[0])
     (path,) = cache.glob("glyphs-*.npz")
     assert spec.fingerprint() in path.name
 
-    def no_generation(_):
+    def no_generation(*_):
         raise AssertionError("generated again")
 
-    monkeypatch.setattr(G, "generate", no_generation)
+    render = G.class_images
+    monkeypatch.setattr(G, "class_images", no_generation)
     cached, cached_labels = load_glyphs(spec, say=lambda _: None)
     assert np.array_equal(cached, images) and np.array_equal(cached_labels, labels)
+    del cached
     path.write_bytes(b"not an npz")
-    monkeypatch.setattr(G, "generate", generate)
+    monkeypatch.setattr(G, "class_images", render)
     messages = []
     again, _ = load_glyphs(spec, say=messages.append)
     assert np.array_equal(again, images) and messages[0].startswith("generating " + SMALL)
+
+
+def test_a_cache_that_cannot_be_written_is_said_and_the_set_generated_in_memory(cache):
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text("a file where the cache folder should be")
+    spec = GlyphSpec.parse(SMALL)
+    messages = []
+    images, labels = load_glyphs(spec, say=messages.append)
+    assert (
+        np.array_equal(images, generate(spec)[0]) and labels.tolist() == G.set_labels(spec).tolist()
+    )
+    assert messages[1].startswith(f"could not cache {SMALL} in {cache}")
+
+
+def test_a_previous_format_cache_is_read_in_place_and_a_compressed_one_replaced(cache):
+    # np.savez's files (the cache before it was written a chunk at a time) are read as they are.
+    spec = GlyphSpec.parse(SMALL)
+    images, labels = generate(spec)
+    path = cache / f"glyphs-{spec.fingerprint()}.npz"
+    cache.mkdir(parents=True)
+    np.savez(path, images=images, labels=labels)
+    loaded, _ = load_glyphs(spec, say=lambda m: pytest.fail(m))
+    assert isinstance(loaded, np.memmap) and np.array_equal(loaded, images)
+    del loaded
+    np.savez_compressed(path, images=images, labels=labels)
+    assert (
+        G.read_cache(path, spec)
+        == "damaged: images.npy is compressed, so it cannot be memory-mapped"
+    )
 
 
 def flip_a_pixel_byte(data: bytes) -> bytes:
@@ -172,9 +234,9 @@ def other_arrays() -> bytes:
 )
 def test_a_damaged_cache_is_named_and_replaced_whole(cache, damage, why):
     spec = GlyphSpec.parse(SMALL)
-    images, labels = load_glyphs(spec, say=lambda _: None)
+    images, labels = (np.array(a) for a in load_glyphs(spec, say=lambda _: None))
     (path,) = cache.glob("glyphs-*.npz")
-    path.write_bytes(damage(path.read_bytes()))
+    path.write_bytes(damage(path.read_bytes()))  # in place: the copies above survive it
     messages = []
     again, again_labels = load_glyphs(spec, say=messages.append)
     assert np.array_equal(again, images) and np.array_equal(again_labels, labels)

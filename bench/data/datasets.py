@@ -37,6 +37,8 @@ from bench.data.splits import (
 )
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 
+PIXEL_BLOCK = 4096  # uint8 images made float at once for `PixelImages.inputs`
+
 READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "cars196": read_cars196,
     "cub": read_cub,
@@ -60,8 +62,12 @@ class TensorImages(Dataset):
     def __len__(self) -> int:
         return len(self.labels)
 
+    def tensor_at(self, i: int) -> torch.Tensor:
+        # (not `image`: that is a split's displayable pixels, bench.report.gallery_images)
+        return self.images[i]
+
     def __getitem__(self, i: int):
-        image = self.images[i]
+        image = self.tensor_at(i)
         if self.shift:
             image = random_shift(image, self.shift)
         return image, int(self.labels[i]), i
@@ -69,6 +75,41 @@ class TensorImages(Dataset):
     def inputs(self) -> np.ndarray:
         """The raw inputs, flattened: the untrained baseline's embedding."""
         return self.images.reshape(len(self.images), -1).numpy()
+
+
+class PixelImages(TensorImages):
+    """Rows of uint8 (N, H, W) pixels, a memory-mapped glyphs cache, as one-channel images in
+    [0, 1]: made float an item at a time, so that no split copies the set, nor holds it as
+    floats."""
+
+    def __init__(self, pixels: np.ndarray, rows: np.ndarray, labels: np.ndarray, shift: int = 0):
+        super().__init__(pixels, labels, shift)
+        self.rows = np.asarray(rows, dtype=np.int64)
+
+    def tensor_at(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(self.images[self.rows[i]].astype(np.float32) / 255.0)[None]
+
+    def inputs(self) -> np.ndarray:
+        out = np.empty((len(self.rows), int(np.prod(self.images.shape[1:]))), np.float32)
+        for start in range(0, len(out), PIXEL_BLOCK):
+            rows = self.rows[start : start + PIXEL_BLOCK]
+            pixels = self.images[rows].reshape(len(rows), -1)
+            out[start : start + len(rows)] = pixels.astype(np.float32) / 255.0
+        return out
+
+    def __getstate__(self):
+        # A memory map is pickled (for a loader's spawned workers) as where it lies, not whole.
+        state = dict(self.__dict__)
+        if isinstance(self.images, np.memmap):
+            m = self.images
+            state["images"] = (m.filename, m.offset, m.shape, m.dtype.str)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        if isinstance(state["images"], tuple):
+            filename, offset, shape, dtype = state["images"]
+            state["images"] = np.memmap(filename, np.dtype(dtype), "r", offset, shape)
+        self.__dict__.update(state)
 
 
 class QueryGalleryImages(CachedImages):
@@ -123,12 +164,14 @@ def tensor_splits(
     val_split: str,
     shift: int = 0,
 ) -> DataSplits:
-    """Images held in memory (N, C, H, W), split by the protocol; training images shifted by up
-    to `shift` pixels."""
+    """Images held in memory (N, C, H, W), or uint8 pixels (N, H, W) each split takes rows of
+    (`PixelImages`), split by the protocol; training images shifted by up to `shift` pixels."""
     table = pd.DataFrame({"label": labels, "split": ""})
     splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
 
     def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
+        if isinstance(images, np.ndarray):
+            return PixelImages(images, rows, labels[rows], shift=shift)
         return TensorImages(images[rows], labels[rows], shift=shift)
 
     return DataSplits(
@@ -137,7 +180,7 @@ def tensor_splits(
         train_eval=part(splits.train),
         val=part(splits.val),
         test=part(splits.test),
-        in_channels=images.shape[1],
+        in_channels=1 if isinstance(images, np.ndarray) else images.shape[1],
         num_train_classes=len(np.unique(labels[splits.train])),
         unseen=part(splits.unseen) if len(splits.unseen) else None,
         class_names=tuple(str(c) for c in np.unique(labels)),
@@ -169,10 +212,9 @@ def glyphs(
     **_,
 ) -> DataSplits:
     """A procedural glyphs set (`glyphs.py`); metric protocol: the first half of the classes
-    train, the second half test."""
-    raw, labels = load_glyphs(GlyphSpec.parse(name))
-    images = torch.from_numpy(raw.astype(np.float32) / 255.0).unsqueeze(1)
-    return tensor_splits(name, images, labels, protocol, val_fraction, train_per_class, val_split)
+    train, the second half test. The images stay uint8 in the memory-mapped cache."""
+    pixels, labels = load_glyphs(GlyphSpec.parse(name))
+    return tensor_splits(name, pixels, labels, protocol, val_fraction, train_per_class, val_split)
 
 
 def default_data_root() -> Path:

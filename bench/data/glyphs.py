@@ -7,7 +7,8 @@ instances of a class differ as much as those of two classes, so a learned embedd
 add to the inputs (README, "Glyphs"). Everything derives from the seed and the class index: the
 same parameters give the same images on any machine, and a class looks the same whatever the
 number of classes. Nothing is downloaded or committed; the images are cached as a .npz named by
-a fingerprint of the parameters and of the generator's version.
+a fingerprint of the parameters and of the generator's version, rendered into it a chunk of
+classes at a time and memory-mapped when read, so that no step holds a large set twice.
 
 `glyphs` is the default set; `glyphs:classes=40,instances=20,size=16` (any of classes,
 instances, size, seed, difficulty, first) is another, from a CI subset to a stress set. `first`
@@ -21,14 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import zipfile
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
-from bench.util.atomic import atomic_save_npz
+from bench.data.image_cache import remove_stale_parts
 from bench.util.progress import log
 
 NAME = "glyphs"
@@ -43,7 +46,9 @@ JITTER = 0.03  # control points, in image sides (standard deviation)
 WIDTH = 0.035  # stroke width, in image sides (the Gaussian profile's standard deviation)
 WIDTH_JITTER = 0.25  # the width varies by +- this share
 NOISE = 0.08  # pixel noise (standard deviation, intensities in [0, 1])
-RENDER_CHUNK = 256  # images rendered at once
+RENDER_CHUNK = 256  # images rendered at once (whole classes: one at least)
+READ_BLOCK = 1 << 24  # bytes read at once to check a cache's CRC
+PROGRESS_FROM = 50_000  # images: a progress bar while generating a set this large
 
 
 @dataclass(frozen=True)
@@ -163,30 +168,43 @@ def render(points: np.ndarray, width: np.ndarray, size: int) -> np.ndarray:
     return torch.exp(-(nearest**2) / (2 * w**2)).reshape(-1, size, size).numpy()
 
 
-def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(images (N, size, size) uint8, labels (N,)), class by class, instances in order; label
-    i is the class of index `spec.first + i`."""
-    points, widths, labels = [], [], []
-    for label, index in enumerate(spec.class_indices()):
-        p, w = instance_points(spec, index)
-        points.append(p)
-        widths.append(w)
-        labels.append(np.full(spec.instances, label, dtype=np.int64))
-    # Classes differ in their number of strokes: pad with copies of a glyph's own first point.
+def class_images(spec: GlyphSpec, positions: range) -> np.ndarray:
+    """The uint8 images (n x instances, size, size) of the classes at these positions of the set,
+    rendered together (a chunk of `generate`'s)."""
+    indices = [spec.first + p for p in positions]
+    points, widths = zip(*(instance_points(spec, index) for index in indices), strict=True)
+    # Classes differ in their number of strokes: pad with copies of a glyph's own first point
+    # (a repeated point leaves every nearest distance, so every pixel, as it is).
     longest = max(p.shape[1] for p in points)
     padded = np.concatenate(
         [np.concatenate([p, p[:, :1].repeat(longest - p.shape[1], 1)], 1) for p in points]
     )
-    width = np.concatenate(widths)
-    images = np.concatenate(
-        [
-            render(padded[i : i + RENDER_CHUNK], width[i : i + RENDER_CHUNK], spec.size)
-            for i in range(0, len(padded), RENDER_CHUNK)
-        ]
-    )
-    noise = np.concatenate([class_noise(spec, index) for index in spec.class_indices()])
+    images = render(padded, np.concatenate(widths), spec.size)
+    noise = np.concatenate([class_noise(spec, index) for index in indices])
     images = np.clip(images + NOISE * spec.difficulty * noise, 0, 1)
-    return np.round(images * 255).astype(np.uint8), np.concatenate(labels)
+    return np.round(images * 255).astype(np.uint8)
+
+
+def class_chunks(spec: GlyphSpec) -> list[range]:
+    """The set's class positions in chunks of about RENDER_CHUNK images (one class at least):
+    what is rendered at once, so memory does not grow with the set."""
+    step = max(1, RENDER_CHUNK // spec.instances)
+    return [range(c, min(c + step, spec.classes)) for c in range(0, spec.classes, step)]
+
+
+def set_labels(spec: GlyphSpec) -> np.ndarray:
+    return np.repeat(np.arange(spec.classes, dtype=np.int64), spec.instances)
+
+
+def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
+    """(images (N, size, size) uint8, labels (N,)) in memory, class by class, instances in
+    order; label i is the class of index `spec.first + i`."""
+    images = np.empty((spec.classes * spec.instances, spec.size, spec.size), np.uint8)
+    for chunk in class_chunks(spec):
+        images[chunk.start * spec.instances : chunk.stop * spec.instances] = class_images(
+            spec, chunk
+        )
+    return images, set_labels(spec)
 
 
 def cache_folder() -> Path:
@@ -197,28 +215,96 @@ def cache_folder() -> Path:
 
 
 def read_cache(path: Path, spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray] | str:
-    """The cached images and labels of `spec`, or what is wrong with the file: missing, not a
-    whole .npz (truncated, empty, a damaged member fails its CRC check) or not this set's."""
+    """The cached images of `spec`, memory-mapped (read-only), and its labels, or what is wrong
+    with the file: missing, not a whole .npz (truncated, empty, a damaged member fails its CRC
+    check) or not this set's."""
     if not path.is_file():
         return "missing"
     if not zipfile.is_zipfile(path):
         return f"damaged: not a whole .npz ({path.stat().st_size} bytes)"
     try:
+        images = mapped_member(path, "images.npy")
         with np.load(path, allow_pickle=False) as saved:
-            images, labels = saved["images"], saved["labels"]
+            labels = saved["labels"]
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as err:
         return f"damaged: {' '.join(str(err).split()) or type(err).__name__}"
     count = spec.classes * spec.instances
     if images.shape != (count, spec.size, spec.size) or images.dtype != np.uint8:
         return f"damaged: images of shape {images.shape} and dtype {images.dtype}"
-    if not np.array_equal(labels, np.repeat(np.arange(spec.classes), spec.instances)):
+    if not np.array_equal(labels, set_labels(spec)):
         return "damaged: other labels"
     return images, labels
 
 
+def mapped_member(path: Path, name: str) -> np.memmap:
+    """An array stored uncompressed in a .npz (np.savez's way), memory-mapped where it lies in
+    the file, after one pass over its bytes in blocks to check its CRC (a BadZipFile)."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(name)
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise ValueError(f"{name} is compressed, so it cannot be memory-mapped")
+        with archive.open(info) as member:
+            while member.read(READ_BLOCK):
+                pass
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)  # the member's local header: its data follow its name and extra
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise ValueError(f"no local header of {name}")
+        name_length, extra_length = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + name_length + extra_length)
+        version = np.lib.format.read_magic(f)
+        read_header = {
+            (1, 0): np.lib.format.read_array_header_1_0,
+            (2, 0): np.lib.format.read_array_header_2_0,
+        }
+        if version not in read_header:
+            raise ValueError(f"{name} has .npy format {version}")
+        shape, fortran, dtype = read_header[version](f)
+        offset = f.tell()
+    if fortran or dtype.hasobject:
+        raise ValueError(f"{name} is not a plain C-ordered array")
+    return np.memmap(path, dtype, "r", offset, shape)
+
+
+def write_cache(path: Path, spec: GlyphSpec) -> None:
+    """Render the set a chunk at a time into its .npz (the layout np.savez writes: uncompressed
+    members, so that the images can be memory-mapped), under a temporary name renamed when it
+    is whole; a failure (an OSError for a full disk) leaves no temporary file. A progress bar
+    for a large set."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_parts(path.parent, f".{NAME}-*.tmp.npz")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    count, shape = spec.classes * spec.instances, (spec.size, spec.size)
+    header = {"descr": "|u1", "fortran_order": False, "shape": (count, *shape)}
+    try:
+        with open(tmp, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+            with archive.open("images.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array_header_1_0(member, header)
+                with tqdm(
+                    total=count,
+                    desc=f"generating {spec.name()}",
+                    unit="images",
+                    disable=count < PROGRESS_FROM,
+                    mininterval=1.0,
+                ) as bar:
+                    for chunk in class_chunks(spec):
+                        member.write(class_images(spec, chunk))
+                        bar.update(len(chunk) * spec.instances)
+            with archive.open("labels.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, set_labels(spec))
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
-    """The images and labels of a glyphs set, from the cache or generated (and then cached,
-    atomically: a damaged cache is replaced whole, never read)."""
+    """The images (memory-mapped from the cache) and labels of a glyphs set, generated into the
+    cache first where it is missing or damaged (replaced whole, never read); in memory where
+    the cache cannot be written."""
     path = cache_folder() / f"{NAME}-{spec.fingerprint()}.npz"
     cached = read_cache(path, spec)
     if not isinstance(cached, str):
@@ -226,9 +312,12 @@ def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
     count = spec.classes * spec.instances
     why = "" if cached == "missing" else f" (the cached file was {cached})"
     say(f"generating {spec.name()}: {count} images of {spec.size}x{spec.size} into {path}{why}")
-    images, labels = generate(spec)
     try:
-        atomic_save_npz(path, images=images, labels=labels)
+        write_cache(path, spec)
     except OSError as err:
         say(f"could not cache {spec.name()} in {path} ({err}); it is generated again next time")
-    return images, labels
+        return generate(spec)
+    cached = read_cache(path, spec)
+    if isinstance(cached, str):
+        raise RuntimeError(f"{path}: the glyphs cache just written reads back {cached}")
+    return cached

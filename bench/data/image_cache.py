@@ -177,9 +177,10 @@ def valid_sizes(sizes: np.ndarray, size: int) -> np.ndarray:
     return ((short == size) & (long <= cap)) | ((long == cap) & (short >= 1) & (short <= size))
 
 
-def remove_stale_parts(cache_dir: Path) -> None:
-    """Half-built caches (`.NAME.PID.tmp.npy`) of processes that no longer run."""
-    for part in Path(cache_dir).glob(".images-*.tmp.npy"):
+def remove_stale_parts(cache_dir: Path, pattern: str = ".images-*.tmp.npy") -> None:
+    """Half-built caches (`.NAME.PID.tmp.SUFFIX`, matching `pattern`) of processes that no
+    longer run."""
+    for part in Path(cache_dir).glob(pattern):
         pid = part.name.split(".")[-3]
         if pid.isdigit() and not process_alive(int(pid)):
             part.unlink(missing_ok=True)
