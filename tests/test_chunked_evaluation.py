@@ -1,5 +1,6 @@
 """The evaluator in bounded memory (issue 26): queries searched and scored in chunks give the
-very values of one search of every query, and ask for no more than they need. Query-versus-
+very values of one search of every query, and ask for no more than they need; queries of large
+classes ranked by ExactRanking give the values of one search and of a full sort. Query-versus-
 gallery evaluation is tested with the evaluator's other checks, in test_evaluate.py."""
 
 from __future__ import annotations
@@ -21,9 +22,39 @@ from bench.evaluation.retrieval import (
     query_scores,
 )
 from bench.util import knn as knn_module
-from bench.util.knn import QUERY_BLOCK, FlatSearch, knn, query_chunks, search
+from bench.util.knn import (
+    GPU_MAX_K,
+    QUERY_BLOCK,
+    ExactRanking,
+    FlatSearch,
+    knn,
+    query_chunks,
+    search,
+)
 
 KEYS = [f"recall@{k}" for k in RECALL_KS] + ["map@r"]
+LARGE = 20  # the tests' threshold: classes of more than 21 items are ranked by ExactRanking
+
+
+@pytest.fixture
+def large_classes(monkeypatch):
+    """Queries of more than LARGE matches get their AP@R from ExactRanking; the rows it ranks
+    are counted."""
+    monkeypatch.setattr(retrieval, "LARGE_R", LARGE)
+    return count_ranked(monkeypatch)
+
+
+def count_ranked(monkeypatch) -> list[int]:
+    """The number of queries of each call of ExactRanking, as it is called."""
+    ranked = []
+    real = ExactRanking.__call__
+
+    def counted(self, queries, ks, exclude=None):
+        ranked.append(len(queries))
+        return real(self, queries, ks, exclude)
+
+    monkeypatch.setattr(ExactRanking, "__call__", counted)
+    return ranked
 
 
 def unchunked_scores(x: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
@@ -47,6 +78,40 @@ def skewed(n: int, dims: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return (rng.normal(size=(n, dims)) + 0.4 * centres[labels]).astype(np.float32), labels
 
 
+def full_sort_scores(
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    base: np.ndarray,
+    base_labels: np.ndarray,
+    exclude_self: bool,
+) -> dict[str, np.ndarray]:
+    """The plain reference: float64 distances to every base item, fully sorted by (distance,
+    index), the query itself (base row i) left out; R@K and AP@R by their definitions."""
+    q, b = queries.astype(np.float64), base.astype(np.float64)
+    dist = ((q[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    if exclude_self:
+        np.fill_diagonal(dist, np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(len(b)), dist.shape), dist), axis=1)
+    same = base_labels[order[:, : len(b) - exclude_self]] == query_labels[:, None]
+    scores = {f"recall@{k}": same[:, :k].any(axis=1).astype(float) for k in RECALL_KS}
+    ap = []
+    for row, r in zip(same, same.sum(axis=1), strict=True):
+        found = np.flatnonzero(row[:r]) + 1  # ranks of the matches within the top R
+        ap.append(sum((m + 1) / rank for m, rank in enumerate(found)) / r if r else np.nan)
+    scores["map@r"] = np.array(ap)
+    return scores
+
+
+def integer_points(n: int, dims: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """`skewed`'s classes on points of small integer coordinates: every squared distance is an
+    integer below 2**24, so faiss, numpy and float64 all compute it exactly, and many tie
+    (duplicates included)."""
+    _, labels = skewed(n, dims, seed)
+    rng = np.random.default_rng(seed)
+    centres = rng.integers(-2, 3, size=(labels.max() + 1, dims))
+    return (centres[labels] + rng.integers(-2, 3, size=(n, dims))).astype(np.float32), labels
+
+
 def assert_same_scores(found: dict, expected: dict) -> None:
     assert list(found) == KEYS
     for key in KEYS:
@@ -67,11 +132,15 @@ def test_chunks_give_the_scores_of_one_search(chunk):
     }
 
 
+@pytest.mark.parametrize("ranked", [False, True])
 @pytest.mark.parametrize("chunk", [1, 7, None])
-def test_ties_between_duplicates_are_broken_as_one_search_breaks_them(chunk):
+def test_ties_between_duplicates_are_broken_as_one_search_breaks_them(chunk, ranked, request):
     """Exact duplicates of other labels tie with the query itself (all 400 points, in the
     second set): faiss orders equal distances by index and the query drops out by index, so a
-    chunk's neighbours, however many it asks for, start as one search's do."""
+    chunk's neighbours, however many it asks for, start as one search's do; so does
+    ExactRanking, which ranks the class of 130 where `ranked`."""
+    if ranked:
+        request.getfixturevalue("large_classes")
     rng = np.random.default_rng(1)
     labels = rng.permutation(np.concatenate([np.zeros(130, int), 1 + np.arange(270) // 3]))
     points = rng.normal(size=(40, 8)).astype(np.float32)
@@ -118,24 +187,97 @@ def test_chunked_scores_match_pml_accuracy_calculator(chunk):
     assert np.nanmean(scores["map@r"]) == pytest.approx(theirs["mean_average_precision_at_r"])
 
 
+@pytest.mark.parametrize("chunk", [1, 7, None])
+def test_large_classes_are_ranked_as_one_search_ranks_them(large_classes, chunk):
+    """Exact distances with many ties: ExactRanking orders equal distances by index and
+    leaves the query out by index, as faiss's one search does, so the large classes' AP@R is
+    its own to the bit; the other queries' AP@R is summed over their classes' largest R, not
+    the set's (numpy's pairwise sum: the last bit may move). All equal the full sort."""
+    x, labels = integer_points(600, 8)
+    one, full = unchunked_scores(x, labels), full_sort_scores(x, labels, x, labels, True)
+    scores = query_scores(x, labels, chunk)
+    big = np.bincount(labels)[labels] - 1 > LARGE
+    assert big.sum() == sum(large_classes) == 180  # ranked once each, no other query
+    for key in KEYS[:-1]:
+        assert np.array_equal(scores[key], one[key]) and np.array_equal(scores[key], full[key])
+    assert np.array_equal(scores["map@r"][big], one["map@r"][big])
+    np.testing.assert_allclose(scores["map@r"], one["map@r"], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(scores["map@r"], full["map@r"], rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, None])
+def test_large_classes_match_a_full_sort_and_pml(large_classes, chunk):
+    """Random points (no ties, none nearer than float32 rounding): R@K and AP@R of every
+    query as the full sort's, MAP@R as PML's AccuracyCalculator's."""
+    x, labels = skewed(600, 16, seed=3)
+    scores = query_scores(x, labels, chunk)
+    full = full_sort_scores(x, labels, x, labels, True)
+    assert sum(large_classes) == 180
+    for key in KEYS:
+        np.testing.assert_allclose(scores[key], full[key], rtol=1e-14, atol=0)
+    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
+    theirs = calc.get_accuracy(x, labels)["mean_average_precision_at_r"]
+    assert np.nanmean(scores["map@r"]) == pytest.approx(theirs, rel=1e-12)
+
+
+def test_large_gallery_classes_match_a_full_sort(large_classes):
+    """Queries searched in a gallery whose classes hold up to 75 of its 400 items."""
+    x, labels = integer_points(700, 8, seed=4)
+    q, g = slice(0, 300), slice(300, 700)
+    scores = retrieval.gallery_scores(x[q], labels[q], x[g], labels[g], chunk=64)
+    full = full_sort_scores(x[q], labels[q], x[g], labels[g], False)
+    matches = np.array([(labels[g] == c).sum() for c in labels[q]])
+    assert sum(large_classes) == (matches > LARGE).sum() > 50
+    found = matches > 0
+    for key in KEYS:
+        assert np.isnan(scores[key][~found]).all()
+        np.testing.assert_allclose(scores[key][found], full[key][found], rtol=1e-14, atol=0)
+
+
+def test_classes_up_to_2048_items_stay_on_faiss(monkeypatch):
+    """A class of 2,048 items (R = 2,047, what faiss-gpu can select) is searched as before, to
+    the bit; one of 2,049 is ranked, all of its items and no other."""
+    ranked = count_ranked(monkeypatch)
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(4200, 4)).astype(np.float32)
+    for big in (GPU_MAX_K, GPU_MAX_K + 1):
+        labels = rng.permutation(
+            np.concatenate([np.zeros(big, int), 1 + np.arange(4200 - big) // 4])
+        )
+        scores = query_scores(x, labels)
+        if big == GPU_MAX_K:
+            assert ranked == []
+            assert_same_scores(scores, unchunked_scores(x, labels))
+    assert sum(ranked) == GPU_MAX_K + 1
+
+
 def test_chunks_search_no_more_queries_or_neighbours_than_they_need(monkeypatch):
-    """20,000 x 16 with one class of 6,000 (its items first), in chunks of 512: each search is
-    asked for at most 512 queries and for its own chunk's largest R (+1, the query itself), and
-    numpy's allocations peak far below one N x 6,000 array of neighbour indices. The search is
-    a stand-in that returns arrays of faiss's shapes and types (at this size faiss's selection
-    of 6,000 neighbours takes most of a minute on 2 cores)."""
+    """20,000 x 16 with one class of 6,000 spread through the set, in chunks of 512: each faiss
+    search is asked for at most 512 queries and for its own chunk's largest R (+1, the query
+    itself) among the classes below the large ones; the class of 6,000 is ranked by
+    ExactRanking, 512 queries at a time; numpy's allocations peak far below one N x 6,000
+    array of neighbour indices. The faiss search is a stand-in that returns arrays of faiss's
+    shapes and types (the ranking is real)."""
     monkeypatch.setenv(knn_module.THREADS_ENV, "2")
+    monkeypatch.setenv(knn_module.GPU_ENV, "0")
     rng = np.random.default_rng(5)
-    labels = np.concatenate([np.zeros(6000, int), 1 + np.arange(14000) // 10])
+    labels = rng.permutation(np.concatenate([np.zeros(6000, int), 1 + np.arange(14000) // 10]))
     x = rng.normal(size=(20000, 16)).astype(np.float32)
-    calls = []
+    calls, ranked = [], []
 
     def recorded(self, queries, k):
         calls.append((len(queries), k))
         first = rng.integers(0, len(self.base), (len(queries), 1))  # k distinct rows each
         return np.zeros((len(queries), k), np.float32), (first + np.arange(k)) % len(self.base)
 
+    real = ExactRanking.__call__
+
+    def ranked_rows(self, queries, ks, exclude=None):
+        ranked.append((len(queries), set(ks.tolist())))
+        return real(self, queries, ks, exclude)
+
     monkeypatch.setattr(FlatSearch, "__call__", recorded)
+    monkeypatch.setattr(ExactRanking, "__call__", ranked_rows)
     tracemalloc.start()
     try:
         scores = retrieval.query_scores(x, labels, chunk=512)
@@ -143,9 +285,8 @@ def test_chunks_search_no_more_queries_or_neighbours_than_they_need(monkeypatch)
     finally:
         tracemalloc.stop()
     bounds = query_chunks(20000, 512)
-    needs = [max(8, int(np.bincount(labels)[labels[a:b]].max()) - 1) + 1 for a, b in bounds]
-    assert calls == [(b - a, k) for (a, b), k in zip(bounds, needs, strict=True)]
-    assert max(rows for rows, _ in calls) == 512 and needs[:12] == [6000] * 12
-    assert needs[12:] == [10] * (len(bounds) - 12)  # chunks past the big class pay nothing
+    assert calls == [(b - a, 10) for a, b in bounds]  # R = 9 of the classes of 10, + itself
+    assert [rows for rows, _ in ranked] == [512] * 11 + [368]
+    assert all(ks == {5999} for _, ks in ranked)
     assert peak < 150e6 < 20000 * 6000 * 8
     assert len(scores["map@r"]) == 20000 and np.isfinite(scores["map@r"]).all()

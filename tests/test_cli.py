@@ -294,7 +294,8 @@ def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
 
 def test_speed_benchmark_prints_ratios():
     args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
-    tiny = ["--refresh-images", "40", "--ann-size", "600"]
+    tiny = ["--refresh-images", "40", "--ann-size", "600", "--scale-sizes", "300"]
+    tiny += ["--crossover-items", "300", "--report-runs", "12"]
     out = cli(*args.split(), "--backbone", "small_cnn", *tiny)
     assert out.exit_code == 0, out.output
     for row in (
@@ -313,6 +314,10 @@ def test_speed_benchmark_prints_ratios():
         "small_cnn train img/s",
         "cache speed-up",
         "cached / model",
+        "evaluator at scale",
+        "large-class ranking",
+        "report over generated runs",
+        "report / metrics.json",
     ):
         assert row in out.output
 

@@ -13,11 +13,13 @@ import pytest
 from bench.util import knn as knn_module
 from bench.util.knn import (
     GPU_MAX_K,
+    ExactRanking,
     FlatSearch,
     approximate_knn,
     ivf_knn,
     kmeans_assign,
     knn,
+    nearest_in_order,
     recall_at_k,
     search,
     uses_gpu,
@@ -143,6 +145,78 @@ def test_faiss_threads_are_the_machines_or_the_environments(monkeypatch):
         monkeypatch.setenv(THREADS_ENV, bad)
         with pytest.raises(ValueError, match=f"NNGK_FAISS_THREADS='{bad}': expected a positive"):
             faiss_threads()
+
+
+def in_order(dist: np.ndarray, k: int) -> np.ndarray:
+    """The plain reference: indices sorted by (distance, index), the first k."""
+    return np.lexsort((np.arange(len(dist)), dist))[:k]
+
+
+@pytest.mark.parametrize("sample", [None, 64])
+def test_nearest_in_order_sorts_by_distance_then_index(monkeypatch, sample):
+    """Ties (a third of the distances are 0, 1 or 2) in index order, whether the k-th distance
+    is found by a partition of the row or bounded from a sample of it (64 of 2,000 here)."""
+    if sample:
+        monkeypatch.setattr(knn_module, "RANK_SAMPLE", sample)
+    rng = np.random.default_rng(0)
+    dist = rng.random(2000).astype(np.float32) * 10
+    dist[rng.integers(0, 2000, 700)] = rng.integers(0, 3, 700)
+    for k in (1, 5, 150, 667, 1999, 2000):
+        assert np.array_equal(nearest_in_order(dist, k), in_order(dist, k)), k
+    assert (knn_module._sample_bound(dist, 150) is None) == (sample is None)
+    assert nearest_in_order(dist, 0).shape == (0,)
+
+
+def test_a_sample_that_bounds_too_few_falls_back_to_the_whole_row(monkeypatch):
+    """Every 20th distance small, the rest large: the sample's bound holds only the sampled
+    items, fewer than k, and the whole row is partitioned instead."""
+    monkeypatch.setattr(knn_module, "RANK_SAMPLE", 50)
+    dist = np.full(1000, 100.0, np.float32) + np.arange(1000, dtype=np.float32)
+    dist[::20] = np.arange(50)
+    assert (dist <= knn_module._sample_bound(dist, 300)).sum() < 300
+    assert np.array_equal(nearest_in_order(dist, 300), in_order(dist, 300))
+    assert (dist <= knn_module._sample_bound(dist, 20)).sum() >= 20  # the sample suffices there
+
+
+def test_distances_below_zero_count_as_zero_as_faiss_clamps_them(monkeypatch):
+    """Rounding puts a duplicate's distance a little below 0: it ties with the exact zeros,
+    in index order, and the bound read from a sample is never below 0."""
+    dist = np.array([0.5, -1e-7, 0.0, -2e-7, 0.25, 0.0], np.float32)
+    assert nearest_in_order(dist, 4).tolist() == [1, 2, 3, 5]
+    assert nearest_in_order(dist, 2).tolist() == [1, 2]
+    monkeypatch.setattr(knn_module, "RANK_SAMPLE", 50)
+    rng = np.random.default_rng(3)
+    dist = np.where(rng.random(1000) < 0.9, -rng.random(1000) * 1e-6, rng.random(1000))
+    dist = dist.astype(np.float32)
+    assert knn_module._sample_bound(dist, 10) == 0.0
+    for k in (10, 950):
+        assert np.array_equal(nearest_in_order(dist, k), in_order(np.maximum(dist, 0), k))
+
+
+def test_nearest_in_order_refuses_distances_that_are_not_numbers():
+    with pytest.raises(ValueError, match="embeddings hold NaN or infinity"):
+        nearest_in_order(np.array([0.5, np.nan, np.nan], np.float32), 2)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_exact_ranking_is_a_full_sort_of_the_distances(monkeypatch, threads):
+    """Integer coordinates: exact distances, many ties and duplicates. Each query gets its own
+    k (padded with -1), its own row left out by index, on any number of threads."""
+    monkeypatch.setenv(knn_module.THREADS_ENV, threads)
+    rng = np.random.default_rng(1)
+    x = rng.integers(-2, 3, size=(400, 6)).astype(np.float32)
+    d = sq_distances(x)
+    ks = rng.integers(0, 400, 50)
+    rows = rng.choice(400, 50, replace=False)
+    found = ExactRanking(x)(x[rows], ks, rows)
+    assert found.shape == (50, ks.max())
+    for row, k, got in zip(rows, ks, found, strict=True):
+        dist = d[row].copy()
+        dist[row] = np.inf
+        assert np.array_equal(got[:k], in_order(dist, k)) and (got[k:] == -1).all()
+    gallery = ExactRanking(x[100:])(x[:3], np.array([300, 1, 7]))  # nothing left out
+    for i, k in enumerate((300, 1, 7)):
+        assert np.array_equal(gallery[i, :k], in_order(sq_distances(x)[i, 100:], k))
 
 
 class FakeGpu:

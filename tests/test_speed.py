@@ -1,9 +1,14 @@
 """The speed benchmarks time equal maths: the per-example loop the NNGK step is quoted against
-gives the loss's value and gradients."""
+gives the loss's value and gradients; the evaluator-at-scale rows measure each evaluator in a
+process of its own."""
 
+from types import SimpleNamespace
+
+import numpy as np
 import pytest
 import torch
 
+from bench.evaluation.metrics import evaluate
 from bench.speed.nngk_step import nngk_case, per_example_nngk_loss, step_times
 
 
@@ -68,3 +73,80 @@ def test_a_large_banks_exact_time_is_scaled_from_a_sample_of_queries(monkeypatch
     assert row["exact queries"] == "800, scaled" and row["recall@k"] == share / exact.size
     (half,) = refresh.ann_benchmark(n=800, dims=8, k=10, nprobe=2, sample=400)
     assert half["exact queries"] == "400, scaled" and 0 < half["recall@k"] <= 1
+
+
+def test_the_skewed_set_has_one_class_of_a_tenth_and_small_ones():
+    from bench.speed.scale import skewed_set
+
+    x, labels = skewed_set(1000, 6, seed=2)
+    counts = np.bincount(labels)
+    assert x.shape == (1000, 6) and x.dtype == np.float32 and counts[0] == 100
+    assert counts[1:-1].min() >= 2 and counts[1:].max() <= 12  # the last may be cut short
+    assert (labels[:100] == 0).sum() < 30  # in a random order, not first
+    again, same = skewed_set(1000, 6, seed=2)
+    assert np.array_equal(again, x) and np.array_equal(same, labels)
+
+
+def test_the_scale_rows_run_each_evaluator_in_a_process_of_its_own():
+    """Ours and PML agree on MAP@R; the ratios are the rows' own seconds; each peak is the
+    child's, above what it held when it started."""
+    from bench.speed.scale import scale_benchmark, skewed_set
+
+    (row,) = scale_benchmark((300,), dims=8, allowance_gb=2.0, timeout=300)
+    assert (row["items"], row["dims"], row["largest class"]) == (300, 8, 30)
+    assert not any(str(row[k]).startswith("failed") for k in ("ours", "faiss 8-NN", "PML"))
+    assert row["MAP@R ours"] == pytest.approx(row["MAP@R PML"], rel=1e-9)
+    x, labels = skewed_set(300, 8)
+    assert row["MAP@R ours"] == pytest.approx(evaluate(x, labels, clustering=False)["map@r"])
+    seconds = {k: float(row[k].split(" s,")[0]) for k in ("ours", "faiss 8-NN", "PML")}
+    assert row["ours / faiss"] == pytest.approx(seconds["ours"] / seconds["faiss 8-NN"], rel=1e-3)
+    assert row["PML / ours"] == pytest.approx(seconds["PML"] / seconds["ours"], rel=1e-3)
+    assert 0 < row["ours at start GB"] < float(row["ours"].split("peak ")[1].split(" GB")[0])
+
+
+def test_a_failed_or_stopped_evaluator_row_says_why(monkeypatch):
+    from bench.speed import scale
+
+    def refused(x, labels):
+        raise MemoryError("Unable to allocate 7.45 GiB for an array\nsecond line")
+
+    monkeypatch.setitem(scale.EVALUATORS, "pml", refused)
+    found = []
+    monkeypatch.setattr(scale, "skewed_set", lambda *args: (np.zeros((4, 2), np.float32), None))
+    scale._measure(SimpleNamespace(put=found.append), "pml", 4, 2, 0.1, None)
+    assert found[0]["error"] == "MemoryError: Unable to allocate 7.45 GiB for an array"
+    row = scale.scale_row(4, 2, 0.1, {"ours": {"seconds": 2.0, "peak_gb": 1.0, "start_gb": 0.5},
+                                      "faiss": {"seconds": 1.0, "peak_gb": 1.0, "start_gb": 0.5},
+                                      "pml": found[0]})  # fmt: skip
+    assert row["PML"] == "failed: MemoryError: Unable to allocate 7.45 GiB for an array"
+    assert row["ours / faiss"] == 2.0 and np.isnan(row["PML / ours"])
+    stopped = scale.measured("faiss", 300, 8, 0.1, None, timeout=0.001)
+    assert stopped == {"error": "stopped after 0 s (--scale-timeout)"}
+
+
+def test_the_crossover_rows_time_faiss_and_the_ranking_side_by_side():
+    from bench.speed.scale import crossover_benchmark
+
+    rows = crossover_benchmark(n=300, dims=8, rs=(16, 64, 300), queries=32, repeats=1)
+    assert [row["R"] for row in rows] == [16, 64]  # R below the set's size only
+    for row in rows:
+        ratio = row["faiss top-(R+1) ms"] / (row["faiss top-9 ms"] + row["ranking ms"])
+        assert row["faiss / (top-9 + ranking)"] == pytest.approx(ratio) and ratio > 0
+
+
+def test_speed_runs_only_the_benchmarks_it_is_given():
+    from click.testing import CliRunner
+
+    from bench.cli import main
+    from bench.cli.speed import chosen_benchmarks
+
+    assert chosen_benchmarks("start, crossover") == ["crossover", "start"]  # in their order
+    out = CliRunner().invoke(main, ["speed", "--only", "crossover", "--crossover-items", "300"])
+    assert out.exit_code == 0, out.output
+    assert "large-class ranking vs faiss top-k" in out.output and "lifted" not in out.output
+    for bad, message in (
+        (["--only", "crossover,fast"], "--only 'crossover,fast': expected some of nngk-step"),
+        (["--scale-sizes", "10"], "--scale-sizes '10': each size needs at least 20 items"),
+    ):
+        out = CliRunner().invoke(main, ["speed", *bad])
+        assert out.exit_code == 1 and message in out.output

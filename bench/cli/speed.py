@@ -7,6 +7,19 @@ from pathlib import Path
 
 import click
 
+BENCHMARKS = (
+    "nngk-step",
+    "refresh",
+    "ann",
+    "lifted",
+    "evaluator",
+    "evaluator-scale",
+    "crossover",
+    "report",
+    "start",
+)
+MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
+
 
 @click.command()
 @click.option("--batch", default=128, show_default=True, help="Batch of the loss benchmark.")
@@ -39,40 +52,120 @@ import click
     type=click.IntRange(2),
     help="Bank of the approximate (IVF) vs exact search benchmark (e.g. 1000000 on a GPU).",
 )
+@click.option(
+    "--scale-sizes",
+    default="2000",
+    show_default=True,
+    help="Items of the evaluator-at-scale rows (128-d, one class holding 10 %), e.g. "
+    "100000,1000000.",
+)
+@click.option(
+    "--scale-memory",
+    default=8.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="GB each evaluator-at-scale process may add to its data (0: no cap).",
+)
+@click.option(
+    "--scale-timeout",
+    default=3600,
+    show_default=True,
+    type=click.IntRange(1),
+    help="Seconds each evaluator-at-scale process may take.",
+)
+@click.option(
+    "--crossover-items",
+    default=2000,
+    show_default=True,
+    type=click.IntRange(2),
+    help="Items of the large-class ranking vs faiss top-k rows (e.g. 100000).",
+)
+@click.option(
+    "--report-runs",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(3),
+    help="Generated run folders `report` is timed over, against reading their metrics.json.",
+)
+@click.option(
+    "--only",
+    default=None,
+    help=f"Only these benchmarks, comma-separated: {', '.join(BENCHMARKS)} "
+    "(--loader adds the loader's).",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
-    refresh_images, ann_size, device, threads,
+    refresh_images, ann_size, scale_sizes, scale_memory, scale_timeout, crossover_items,
+    report_runs, only, device, threads,
 ):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
     step, the NNGK refresh against an inference pass, approximate (IVF) against exact bank
-    search, our lifted structure loss against PML's; with --loader, the input pipeline (cache,
-    crops on the device) against decoding every epoch, both against the model's training."""
+    search, our lifted structure loss against PML's, the evaluator against PML's and against
+    the bare faiss search (with peak memory), ExactRanking against faiss's top-k, `report`
+    over --report-runs generated runs against reading their metrics.json; with
+    --loader, the input pipeline (cache, crops on the device) against decoding every epoch,
+    both against the model's training."""
     import os
     import tempfile
 
+    from bench.cli.options import parse_ints
+
+    chosen = chosen_benchmarks(only)
+    sizes = parse_ints(eval_sizes, "--eval-sizes")
+    scale = parse_ints(scale_sizes, "--scale-sizes")
+    if min(scale) < MIN_SCALE_ITEMS:
+        raise click.ClickException(
+            f"--scale-sizes {scale_sizes!r}: each size needs at least {MIN_SCALE_ITEMS} items"
+        )
+
     import torch
 
-    from bench.cli.options import parse_ints
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
     from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
+    from bench.speed.scale import crossover_benchmark, scale_benchmark
 
     torch.set_num_threads(threads or os.cpu_count() or 1)
     click.echo(
         f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
         f"{faiss_text()}"
     )
-    show("NNGK step (forward + backward)", nngk_step_benchmark(batch=batch, device=device))
-    refresh = refresh_benchmark(refresh_images, device=device)
-    show("NNGK refresh vs one inference pass (untrained network)", refresh)
-    show(f"approximate (IVF) vs exact bank search ({faiss_text()})", ann_benchmark(ann_size))
-    show("lifted structure: PML / ours", lifted_benchmark(batch=batch))
-    sizes = parse_ints(eval_sizes, "--eval-sizes")
-    show("evaluator (R@1, MAP@R, NMI): PML / ours", evaluator_benchmark(sizes))
-    show("command-line start (a fresh process, seconds)", start_times())
+    allowance = scale_memory or None
+    runs = {
+        "nngk-step": lambda: show(
+            "NNGK step (forward + backward)", nngk_step_benchmark(batch=batch, device=device)
+        ),
+        "refresh": lambda: show(
+            "NNGK refresh vs one inference pass (untrained network)",
+            refresh_benchmark(refresh_images, device=device),
+        ),
+        "ann": lambda: show(
+            f"approximate (IVF) vs exact bank search ({faiss_text()})", ann_benchmark(ann_size)
+        ),
+        "lifted": lambda: show("lifted structure: PML / ours", lifted_benchmark(batch=batch)),
+        "evaluator": lambda: show(
+            "evaluator (R@1, MAP@R, NMI): PML / ours", evaluator_benchmark(sizes)
+        ),
+        "evaluator-scale": lambda: show(
+            "evaluator at scale (R@K and MAP@R; each in a process of its own: seconds, peak "
+            "resident memory, (+ its rise above the data))",
+            scale_benchmark(scale, allowance_gb=allowance, timeout=scale_timeout),
+        ),
+        "crossover": lambda: show(
+            "large-class ranking vs faiss top-k (ms per query, 128-d)",
+            crossover_benchmark(crossover_items),
+        ),
+        "report": lambda: show(
+            "report over generated runs vs reading their metrics.json (seconds)",
+            report_rows(report_runs),
+        ),
+        "start": lambda: show("command-line start (a fresh process, seconds)", start_times()),
+    }
+    for name in chosen:
+        runs[name]()
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
@@ -83,6 +176,28 @@ def speed(
         show("loader", [{"loader": k, "value": v} for k, v in result.items()])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def report_rows(count: int) -> list[dict]:
+    """`report` over `count` generated finished runs against reading their metrics.json."""
+    from bench.report.write import write_report
+    from bench.speed.report_runs import report_benchmark
+
+    return report_benchmark(write_report, count=count)
+
+
+def chosen_benchmarks(only: str | None) -> list[str]:
+    """The benchmarks of --only (all of them without it), in the order they run; a name that is
+    none of them is a one-line error naming them."""
+    if only is None:
+        return list(BENCHMARKS)
+    names = [name.strip() for name in only.split(",") if name.strip()]
+    unknown = [name for name in names if name not in BENCHMARKS]
+    if unknown or not names:
+        raise click.ClickException(
+            f"--only {only!r}: expected some of {', '.join(BENCHMARKS)}, comma-separated"
+        )
+    return [name for name in BENCHMARKS if name in names]
 
 
 def show(title: str, rows: list[dict]) -> None:

@@ -12,7 +12,15 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bench.util.knn import QUERY_BLOCK, FlatSearch, drop_self_ids, knn, query_chunks
+from bench.util.knn import (
+    GPU_MAX_K,
+    QUERY_BLOCK,
+    ExactRanking,
+    FlatSearch,
+    drop_self_ids,
+    knn,
+    query_chunks,
+)
 
 RECALL_KS = (1, 2, 4, 8)
 MPREC_MAX_K = 50  # Sharma et al. 2015 reports mprec@K for K = 1..50
@@ -23,6 +31,14 @@ CHUNK_ROWS = QUERY_BLOCK
 # ... unless rows x neighbours searched would pass this (~300 MB with faiss's buffers: a
 # class of more than 2,048 items makes chunks of fewer queries).
 CHUNK_CELLS = 2**23
+# Queries with more matches than this get their AP@R from ExactRanking (see docs/metrics.md):
+# every faiss search then asks for at most 2,048 neighbours, so chunks stay whole 4,096-query
+# blocks and on a GPU within faiss-gpu's k-selection.
+LARGE_R = GPU_MAX_K - 1
+# ExactRanking's chunks: rows x (base items + 6 x the largest R) 4-byte cells (128 MB): the
+# distances, then each row's ranked indices and AP@R terms. More rows a chunk read the base
+# fewer times (at a million items with R = 100,000: 20 rows, 5,000 reads of the base).
+LARGE_CELLS = 2**25
 
 
 def recall_at_k(neighbour_labels: np.ndarray, labels: np.ndarray, ks=RECALL_KS) -> dict:
@@ -103,12 +119,17 @@ def _chunked_scores(
     chunk: int | None,
 ) -> dict[str, np.ndarray]:
     """R@K and AP@R of each query searched in `base` chunk by chunk (with `exclude_self`, base
-    row i is query i, left out of its results); R: each query's number of matches in the base."""
+    row i is query i, left out of its results); R: each query's number of matches in the base.
+    Every query's R@K comes from faiss's top-k search; AP@R too, but for queries of more than
+    LARGE_R matches, whose AP@R comes from `_large_ap`."""
     extra = int(exclude_self)  # the query itself comes back among its neighbours
-    need = np.minimum(np.maximum(r, max(RECALL_KS)), len(base) - extra)
+    large = r > LARGE_R
+    top = min(max(RECALL_KS), len(base) - extra)  # what R@K needs
+    need = np.where(large, top, np.minimum(np.maximum(r, top), len(base) - extra))
     rows = chunk or chunk_rows(int(need.max(initial=0)) + extra)
     search = FlatSearch(base, len(queries))
-    width = int(r.max(initial=0))
+    small_r = np.where(large, 0, r)
+    width = int(small_r.max(initial=0))
     parts: list[tuple[dict[int, np.ndarray], np.ndarray]] = []
     for start, stop in query_chunks(len(queries), rows):
         k = int(need[start:stop].max())
@@ -117,11 +138,41 @@ def _chunked_scores(
             idx = drop_self_ids(idx, np.arange(start, stop))
         same = base_codes[idx] == query_codes[start:stop, None]
         del idx  # the chunk's largest arrays go before the next chunk's search
-        parts.append((hits_at(same), ap_at_r(same, r[start:stop], width)))
+        parts.append((hits_at(same), ap_at_r(same, small_r[start:stop], width)))
         del same
     scores = {f"recall@{k}": np.concatenate([h[k] for h, _ in parts]) for k in RECALL_KS}
     scores["map@r"] = np.concatenate([ap for _, ap in parts])
+    if large.any():
+        which = np.flatnonzero(large)
+        ap = _large_ap(queries, query_codes, base, base_codes, r, which, exclude_self, chunk)
+        scores["map@r"][which] = ap
     return scores
+
+
+def _large_ap(
+    queries: np.ndarray,
+    query_codes: np.ndarray,
+    base: np.ndarray,
+    base_codes: np.ndarray,
+    r: np.ndarray,
+    which: np.ndarray,
+    exclude_self: bool,
+    chunk: int | None,
+) -> np.ndarray:
+    """AP@R of the queries `which` (in that order) from their whole ranked top R
+    (`ExactRanking`), in chunks of about LARGE_CELLS cells."""
+    ranking = ExactRanking(base)
+    order = np.argsort(r[which], kind="stable")  # chunks of like R: little padding
+    width = int(r.max())  # the sums' length of one evaluation of every query (see ap_at_r)
+    rows = chunk or max(1, LARGE_CELLS // (len(base) + 6 * width))
+    ap = np.empty(len(which))
+    for start, stop in query_chunks(len(which), rows):
+        picked = which[order[start:stop]]
+        idx = ranking(queries[picked], r[picked], picked if exclude_self else None)
+        same = base_codes[idx] == query_codes[picked, None]
+        del idx
+        ap[order[start:stop]] = ap_at_r(same, r[picked], width)
+    return ap
 
 
 def query_scores(
