@@ -147,6 +147,7 @@ def test_no_log_writes_nothing_beside_the_run(unlogged):
         "history.csv",
         "metrics.json",
         "test_embeddings.npz",
+        "test_query_scores.npz",
         "train_embeddings.npz",
     ]
     assert not [p for p in unlogged.parent.iterdir() if p.name.startswith(("mlflow", "mlartif"))]

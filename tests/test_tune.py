@@ -74,23 +74,33 @@ def start_tune(results, trials, epochs, *extra):
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def mid_second_trial(results, storage) -> bool:
-    """The first trial (the loss's default) done, then a run of the next one past an epoch: a
-    checkpoint and no metrics (looked at in this order, the first trial's runs are finished)."""
-    if not complete(studies(results, "contrastive", 2, 2, storage, folds=2)):
-        return False
+def unfinished_run(results) -> bool:
+    """A trial's run past an epoch: a checkpoint and no metrics (the checkpoint looked at
+    first: the run was unfinished after it was seen)."""
     runs = list((results / "tune" / "trials").glob("*"))
     started = [r for r in runs if (r / "checkpoint.pt").is_file()]
     return any(not (r / "metrics.json").is_file() for r in started)
+
+
+def mid_second_trial(results, storage) -> bool:
+    """The first trial (the loss's default) done, and a run of the second past an epoch. The
+    files first (cheap, polled often), then the study, then the files again: once the first
+    trial is seen done, an unfinished run can only be the second trial's."""
+    if not unfinished_run(results):
+        return False
+    if not complete(studies(results, "contrastive", 2, 2, storage, folds=2)):
+        return False
+    return unfinished_run(results)
 
 
 def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, storage):
     # Pruned (the default pruner), two folds a trial, the loss's default the first trial.
     proc = start_tune(tmp_path, 2, 2, "--storage", storage, "--folds", "2")
     deadline = time.time() + 120
-    while not mid_second_trial(tmp_path, storage) and proc.poll() is None:
+    while not mid_second_trial(tmp_path, storage):
+        assert proc.poll() is None, "tune ended before it was seen in its second trial"
         assert time.time() < deadline
-        time.sleep(0.1)
+        time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)  # mid-trial: the second trial's run has a checkpoint
     proc.wait()
     study = studies(tmp_path, "contrastive", 2, 2, storage, folds=2)
