@@ -147,6 +147,18 @@ PAIRS = Preset(
 )
 
 
+# What the large retrieval sets' presets share: an ImageNet network, 4 images a class, resize 256
+# with random-resized crops (224 unless said), validation on held-out training classes.
+LARGE_RETRIEVAL = dict(
+    pretrained="imagenet",
+    m_per_class=4,
+    resize=256,
+    crop=224,
+    crop_mode="aspect",
+    val_split="classes",
+    val_fraction=0.2,
+)
+
 # Stanford Online Products under the metric protocol, with its published split: the settings of
 # Musgrave et al. 2020 ("A Metric Learning Reality Check", its code powerful-benchmarker) as far as
 # a run expresses them: an ImageNet network with a 128-d linear embedding (one of its four
@@ -161,19 +173,15 @@ PAIRS = Preset(
 REALITY_CHECK_SOP = Preset(
     dims=(128,),
     config=dict(
+        LARGE_RETRIEVAL,
         backbone="googlenet",
-        pretrained="imagenet",
         epochs=30,
         batch_size=32,
-        m_per_class=4,
         optimizer="rmsprop",
         lr=1e-6,
         weight_decay=1e-4,
         momentum=0.9,
-        resize=256,
         crop=227,
-        crop_mode="aspect",
-        val_split="classes",
         val_fraction=0.25,
     ),
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
@@ -189,19 +197,13 @@ REALITY_CHECK_SOP = Preset(
 INATURALIST = Preset(
     dims=(512,),
     config=dict(
+        LARGE_RETRIEVAL,
         backbone="resnet50",
-        pretrained="imagenet",
         epochs=90,
         batch_size=384,
-        m_per_class=4,
         optimizer="adam",
         lr=1e-5,
         weight_decay=4e-4,
-        resize=256,
-        crop=224,
-        crop_mode="aspect",
-        val_split="classes",
-        val_fraction=0.2,
     ),
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
 )
@@ -217,19 +219,13 @@ INATURALIST = Preset(
 INSHOP = Preset(
     dims=(512,),
     config=dict(
+        LARGE_RETRIEVAL,
         backbone="googlenet",
-        pretrained="imagenet",
         epochs=60,
         batch_size=180,
-        m_per_class=4,
         optimizer="adamw",
         lr=6e-4,
         weight_decay=1e-4,
-        resize=256,
-        crop=224,
-        crop_mode="aspect",
-        val_split="classes",
-        val_fraction=0.2,
     ),
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
 )
