@@ -139,6 +139,18 @@ def test_a_glyphs_run_fine_tunes_it_and_its_report_names_it(tmp_path, weights):
     assert f"| untrained small_cnn ({LABEL}) |" in text
 
 
+def test_tune_holds_the_weights_for_every_trial_and_names_them_in_the_study(tmp_path, weights):
+    data = "glyphs:classes=24,instances=10,size=12"  # a batch of 64 among its training items
+    args = ["tune", "--loss", "contrastive", "--dataset", data, "--dims", "8", "--trials", "1"]
+    args += ["--epochs", "1", "--no-retrain", "--pretrained", weights, "--results", tmp_path]
+    out = cli(*args)
+    assert out.exit_code == 0, out.output
+    (study,) = [p.name for p in (tmp_path / "tune").iterdir() if (p / "best.json").is_file()]
+    assert study.endswith(safe_name(f"-pretrained-{weights}"))
+    (trial,) = (tmp_path / "tune" / "trials").iterdir()
+    assert json.loads((trial / "config.json").read_text())["weights"] == LABEL
+
+
 def test_the_paper_presets_nngk_settings_train_on_it(tmp_path, weights):
     # The paper presets apply to image data sets (here a folder of 28-px grey glyphs, as RGB
     # files): with pretrained weights, the metric preset's sigma, 100 neighbours, a refresh every

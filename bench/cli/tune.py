@@ -15,8 +15,9 @@ from bench.cli.settings import LOG, setting_options, settings_from
 from bench.tune.choices import PRUNER_DEFAULT, PRUNER_NAMES
 from bench.util.errors import first_line
 
-# Run settings tune takes as given, for every trial and retrained run (not searched).
-HELD = ("optimizer", "memory")
+# Run settings tune takes as given, for every trial and retrained run (not searched); the
+# weights to start from (`--pretrained PATH`: the pretrained regime of issue 25).
+HELD = ("optimizer", "memory", "pretrained")
 
 
 @click.command()
