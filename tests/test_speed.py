@@ -101,7 +101,10 @@ def test_the_scale_rows_run_each_evaluator_in_a_process_of_its_own():
     seconds = {k: float(row[k].split(" s,")[0]) for k in ("ours", "faiss 8-NN", "PML")}
     assert row["ours / faiss"] == pytest.approx(seconds["ours"] / seconds["faiss 8-NN"], rel=1e-3)
     assert row["PML / ours"] == pytest.approx(seconds["PML"] / seconds["ours"], rel=1e-3)
-    assert 0 < row["ours at start GB"] < float(row["ours"].split("peak ")[1].split(" GB")[0])
+    # The peak is at least the memory at the start; it is printed rounded to 0.01 GB (a start
+    # of 0.0526 GB beside a printed peak of 0.05 GB failed the strict comparison).
+    peak = float(row["ours"].split("peak ")[1].split(" GB")[0])
+    assert 0 < row["ours at start GB"] <= peak + 0.005
 
 
 def test_a_failed_or_stopped_evaluator_row_says_why(monkeypatch):
