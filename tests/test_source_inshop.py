@@ -17,7 +17,7 @@ from bench.evaluation.clustering import nmi
 from bench.evaluation.metrics import evaluate, evaluate_gallery
 from bench.evaluation.retrieval import gallery_scores
 from bench.protocols import get_protocol
-from bench.train.evaluations import retrieval_metrics
+from bench.train.evaluations import retrieval_scores
 from tests.fixtures.inshop import FOLDER, images, make_inshop
 
 
@@ -200,7 +200,7 @@ def test_a_gallery_protocol_searches_queries_in_the_gallery_only():
     x = np.array([[0.0, 0], [10.0, 0], [0.1, 0], [0.2, 0], [10.1, 0]], dtype=np.float32)
     labels = np.array([0, 1, 1, 0, 1])
     queries = np.array([True, True, False, False, False])
-    metrics = retrieval_metrics(get_protocol("query-gallery"), x, labels, queries, seed=0)
+    metrics, _ = retrieval_scores(get_protocol("query-gallery"), x, labels, queries, seed=0)
     expected = {"recall@1": 0.5, "recall@2": 1.0, "recall@4": 1.0, "recall@8": 1.0}
     assert {k: metrics[k] for k in expected} == expected and metrics["map@r"] == 0.25
     # NMI over the gallery alone: k-means finds {0.1, 0.2} and {10.1}
@@ -208,10 +208,10 @@ def test_a_gallery_protocol_searches_queries_in_the_gallery_only():
     assert metrics["nmi"] == metrics["nmi_best_of_5"] == pytest.approx(gallery_nmi)
     assert list(metrics) == ["recall@1", "recall@2", "recall@4", "recall@8", "nmi",
                              "nmi_best_of_5", "map@r"]  # fmt: skip
-    every = retrieval_metrics(get_protocol("metric"), x, labels, None, seed=0)
+    every, _ = retrieval_scores(get_protocol("metric"), x, labels, None, seed=0)
     assert every["map@r"] != 0.25 and every["nmi"] != pytest.approx(gallery_nmi)
     with pytest.raises(ValueError, match="needs the test split's query flags"):
-        retrieval_metrics(get_protocol("query-gallery"), x, labels, None, seed=0)
+        retrieval_scores(get_protocol("query-gallery"), x, labels, None, seed=0)
 
 
 def test_the_query_gallery_protocol_needs_queries_and_a_gallery(tmp_path):

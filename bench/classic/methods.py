@@ -28,7 +28,7 @@ from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
 from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
 from bench.runs import store
-from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
+from bench.util.atomic import atomic_write_json, atomic_write_text
 from bench.util.errors import check_known
 from bench.util.names import safe_name
 from bench.util.runtime import package_versions
@@ -136,9 +136,8 @@ def run_linear_method(
     }
     atomic_write_json(target / store.CONFIG, config)
     emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
-    atomic_save_npz(target / store.EMBEDDINGS, embeddings=emb, labels=labels)
     found, scores = evaluate(emb, labels, seed=seed, with_scores=True)
-    store.save_query_scores(target, scores, store.EMBEDDINGS)
+    store.save_test_embeddings(target, emb, labels, scores)
     curve = mprec_at_k(emb, labels)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})
     atomic_write_text(target / MPREC, table.to_csv(index=False))

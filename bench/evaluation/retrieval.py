@@ -149,6 +149,11 @@ def _chunked_scores(
     return scores
 
 
+def large_chunk_rows(items: int, largest_r: int) -> int:
+    """Queries per ExactRanking chunk over `items` base rows, R up to `largest_r` (LARGE_CELLS)."""
+    return max(1, LARGE_CELLS // (items + 6 * largest_r))
+
+
 def _large_ap(
     queries: np.ndarray,
     query_codes: np.ndarray,
@@ -164,7 +169,7 @@ def _large_ap(
     ranking = ExactRanking(base)
     order = np.argsort(r[which], kind="stable")  # chunks of like R: little padding
     width = int(r.max())  # the sums' length of one evaluation of every query (see ap_at_r)
-    rows = chunk or max(1, LARGE_CELLS // (len(base) + 6 * width))
+    rows = chunk or large_chunk_rows(len(base), width)
     ap = np.empty(len(which))
     for start, stop in query_chunks(len(which), rows):
         picked = which[order[start:stop]]

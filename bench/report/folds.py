@@ -18,6 +18,7 @@ from bench.report.runs import column_or_nan, trained_runs
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import COLUMNS, Files, cell, github_table
 from bench.runs import store
+from bench.util.arrays import l2_normalised
 
 FOLDS = "folds"
 FOLD = re.compile(r"^classes:(\d+)/(\d+)$")
@@ -55,9 +56,8 @@ def concatenated_metrics(runs: pd.DataFrame, seed: int) -> dict[str, float] | No
         if saved is None or (labels is not None and not np.array_equal(saved[1], labels)):
             return None
         emb, labels = saved
-        norms = np.linalg.norm(emb, axis=1, keepdims=True)
-        parts.append(emb / np.where(norms > 0, norms, 1.0))
-    joined = np.hstack(parts).astype(np.float32)
+        parts.append(l2_normalised(emb))
+    joined = np.hstack(parts)
     queries = saved_query_flags(runs["path"].iloc[0])
     if queries is None:
         return evaluate(joined, labels, seed=seed, best_of=False)

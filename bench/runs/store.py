@@ -85,6 +85,23 @@ def save_query_scores(
     return path
 
 
+def save_test_embeddings(
+    run_dir: Path,
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    scores: Mapping[str, np.ndarray],
+    queries: np.ndarray | None = None,
+) -> None:
+    """The test embeddings and labels (with a gallery, the query flags too: which items are
+    queries), then each query's scores beside them (`save_query_scores`), so that the report
+    never searches them again."""
+    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
+
+    flags = {} if queries is None else {"queries": np.asarray(queries, dtype=bool)}
+    atomic_save_npz(Path(run_dir) / EMBEDDINGS, embeddings=embeddings, labels=labels, **flags)
+    save_query_scores(run_dir, scores, EMBEDDINGS)
+
+
 def read_query_scores(
     run_dir: Path, embeddings_file: str | Path = EMBEDDINGS
 ) -> dict[str, np.ndarray] | None:

@@ -16,9 +16,10 @@ from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, current_weights_label, untrained_label
-from bench.train.evaluations import retrieval_scores, save_test_embeddings
+from bench.train.evaluations import retrieval_scores
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
+from bench.util.arrays import l2_normalised
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
@@ -55,11 +56,6 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "data_fingerprint": cfg.data_fingerprint,
         **extra,
     }
-
-
-def l2_normalised(x: np.ndarray) -> np.ndarray:
-    x = np.asarray(x, dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
@@ -136,7 +132,7 @@ def write_baseline(
     protocol = get_protocol(base.protocol)
     metrics, scores = retrieval_scores(protocol, embeddings, labels, queries, seed=base.seed)
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
-    save_test_embeddings(run_dir, embeddings, labels, queries, scores)
+    store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
     metrics.update(run_summary(base, features=label, input_size=inputs))
     atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

@@ -1,13 +1,12 @@
 """What a protocol's validation and test add to retrieval, by the names protocols declare
 (`bench.protocols.Protocol.evaluations`): the trainer runs whichever its protocol names; and the
 test's retrieval itself, every item among the others or, for a protocol with a gallery
-(`Protocol.gallery`), the queries in the gallery (`retrieval_metrics`).
+(`Protocol.gallery`), the queries in the gallery (`retrieval_scores`).
 
 Each evaluation takes the trainer as `run`: its data, `embed_split`, loss and run folder."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,8 +17,7 @@ from bench.evaluation.clustering import nmi, nmi_best_of
 from bench.evaluation.metrics import BEST_OF, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
-from bench.runs import store
-from bench.util.atomic import atomic_save_npz, atomic_write_text
+from bench.util.atomic import atomic_write_text
 from bench.util.registry import Registry
 
 EVALUATIONS = Registry("evaluation")
@@ -38,17 +36,6 @@ class Evaluation:
 
 def evaluations_of(names: tuple[str, ...]) -> list[Evaluation]:
     return [EVALUATIONS.get_class(name)() for name in names]
-
-
-def retrieval_metrics(
-    protocol: type[Protocol],
-    emb: np.ndarray,
-    labels: np.ndarray,
-    queries: np.ndarray | None,
-    seed: int,
-) -> dict:
-    """R@K, NMI and MAP@R of a test split as the protocol searches it (`retrieval_scores`)."""
-    return retrieval_scores(protocol, emb, labels, queries, seed)[0]
 
 
 def retrieval_scores(
@@ -87,20 +74,6 @@ def gallery_metrics(
     metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
     metrics["map@r"] = found["map@r"]
     return metrics, scores
-
-
-def save_test_embeddings(
-    run_dir: Path,
-    emb: np.ndarray,
-    labels: np.ndarray,
-    queries: np.ndarray | None,
-    scores: Scores,
-) -> None:
-    """The test embeddings and labels (with a gallery, the query flags too), then each query's
-    scores beside them, so that the report never searches them again."""
-    flags = {} if queries is None else {"queries": np.asarray(queries, dtype=bool)}
-    atomic_save_npz(Path(run_dir) / store.EMBEDDINGS, embeddings=emb, labels=labels, **flags)
-    store.save_query_scores(run_dir, scores, store.EMBEDDINGS)
 
 
 @register_evaluation(CLASSIFIER)

@@ -29,7 +29,7 @@ from bench.train.distributed import (
     share_from_main,
     wrap_model,
 )
-from bench.train.evaluations import evaluations_of, retrieval_scores, save_test_embeddings
+from bench.train.evaluations import evaluations_of, retrieval_scores
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
@@ -336,7 +336,7 @@ class Trainer:
         metrics, emb, labels, scores = self.test(write_tables=True)
         metrics.update(embedding_health(emb, labels, seed=self.cfg.seed))
         self.run_log.test(metrics, best["epoch"])
-        save_test_embeddings(self.run_dir, emb, labels, query_flags(self.data.test), scores)
+        store.save_test_embeddings(self.run_dir, emb, labels, scores, query_flags(self.data.test))
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
         atomic_save_npz(
             self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels

@@ -105,10 +105,15 @@ def skip(trial: optuna.Trial, why: str) -> optuna.TrialPruned:
     return optuna.TrialPruned(why)
 
 
+def ended(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that took their place and ended: complete, or pruned by the pruner."""
+    return [t for t in trials if counts(t) and t.state != TrialState.RUNNING]
+
+
 def savings(trials: list[FrozenTrial], steps: int) -> dict[str, int]:
     """What pruning saved: the epochs the counted trials trained, against the epochs the same
     trials would have trained unpruned (`steps` each: folds x epochs)."""
-    counted = [t for t in trials if counts(t) and t.state != TrialState.RUNNING]
+    counted = ended(trials)
     return {
         "trials": len(counted),
         "pruned": sum(t.state == TrialState.PRUNED for t in counted),

@@ -44,6 +44,7 @@ from bench.tune.pruning import (
     DEFAULT,
     ReportingTrainer,
     counts,
+    ended,
     epochs_trained,
     make_pruner,
     savings,
@@ -245,8 +246,12 @@ def budget_taken(trial: optuna.Trial, setup: TuneSetup) -> bool:
     workers that start the last trial at once then run one, not skip both."""
     if len(earlier(trial)) >= setup.trials:
         return True
-    spent = epochs_trained(trial.study.get_trials(deepcopy=False))
-    return setup.epoch_budget is not None and spent >= setup.epoch_budget
+    return epoch_budget_spent(trial.study.get_trials(deepcopy=False), setup)
+
+
+def epoch_budget_spent(trials: list[optuna.trial.FrozenTrial], setup: TuneSetup) -> bool:
+    """Whether the trials have trained the study's epoch budget (never without one)."""
+    return setup.epoch_budget is not None and epochs_trained(trials) >= setup.epoch_budget
 
 
 def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
@@ -280,16 +285,13 @@ def count_complete(study: optuna.Study) -> int:
 
 
 def count_done(study: optuna.Study) -> int:
-    """Trials that took their place and ended: complete, or pruned by the pruner."""
-    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
-    return sum(counts(t) for t in trials)
+    """Trials that took their place and ended (`pruning.ended`)."""
+    return len(ended(study.get_trials(deepcopy=False)))
 
 
 def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
-    if count_done(study) >= setup.trials:
-        return True
-    spent = epochs_trained(study.get_trials(deepcopy=False))
-    return setup.epoch_budget is not None and spent >= setup.epoch_budget
+    trials = study.get_trials(deepcopy=False)
+    return len(ended(trials)) >= setup.trials or epoch_budget_spent(trials, setup)
 
 
 def stop_when_done(setup: TuneSetup):
