@@ -107,6 +107,28 @@ def test_the_scale_rows_run_each_evaluator_in_a_process_of_its_own():
     assert 0 < row["ours at start GB"] <= peak + 0.005
 
 
+def test_the_bare_faiss_row_times_a_sample_of_queries_and_scales_to_every_item(monkeypatch):
+    """Above FAISS_QUERIES items, the yardstick searches a seeded sample of queries among all
+    items and its seconds are scaled by items / queries; the cell says so."""
+    import bench.util.knn
+    from bench.speed import scale
+
+    searched = []
+    monkeypatch.setattr(scale, "FAISS_QUERIES", 50)
+    monkeypatch.setattr(bench.util.knn, "search", lambda base, q, k: searched.append((base, q, k)))
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(scale.time, "perf_counter", lambda: next(clock))
+    found = []
+    scale._measure(SimpleNamespace(put=found.append), "faiss", 200, 8, 0.1, None)
+    (base, queries, k), row = searched[0], found[0]
+    assert base.shape == (200, 8) and k == 9 and len(queries) == 50
+    assert len({q.tobytes() for q in queries} & {b.tobytes() for b in base}) == 50
+    assert row["timed queries"] == 50 and row["seconds"] == pytest.approx(2.0 * 200 / 50)
+    assert scale._cell(row).endswith("(50 queries timed, scaled)")
+    whole = {"items": 40, "timed queries": 40, "seconds": 1.0, "peak_gb": 1.0, "start_gb": 0.5}
+    assert "scaled" not in scale._cell(whole)
+
+
 def test_a_failed_or_stopped_evaluator_row_says_why(monkeypatch):
     from bench.speed import scale
 
