@@ -73,9 +73,26 @@ def test_the_benchmark_times_a_report_that_searches_nothing_against_reading_metr
         lines = [line for line in table.read_text().splitlines() if line.startswith("| ")]
         reports.append((len(lines) - 1, sorted(p.name for p in written)))
 
-    (row,) = report_runs.report_benchmark(report, count=20, queries=40, repeats=2)
-    ((table_rows, names),) = reports  # one report: 18 trained rows and the two baselines
+    fewer, row, added = report_runs.report_benchmark(report, count=20, queries=40, repeats=2)
+    (_, _), (table_rows, names) = reports  # a report over 4 runs, then over 20
     assert table_rows == 20 and any(name.endswith("-differences.csv") for name in names)
+    assert (fewer["runs"], fewer["rows"]) == (4, 2)  # the two baselines, a loss at two lrs
     assert (row["runs"], row["rows"], row["queries"]) == (20, 18, 40)
     assert row["metrics.json_s"] > 0 and row["report_s"] > 0
     assert row["report / metrics.json"] == row["report_s"] / row["metrics.json_s"]
+    assert added["runs"] == "each of 4-20"
+    per_run = (row["report_s"] - fewer["report_s"]) / 16
+    assert added["report_s"] == pytest.approx(per_run)
+    read = (row["metrics.json_s"] - fewer["metrics.json_s"]) / 16
+    assert added["metrics.json_s"] == pytest.approx(read)
+
+
+def test_the_added_run_row_is_the_difference_per_run_between_two_rows():
+    fewer = {"runs": 200, "rows": 100, "queries": 100, "metrics.json_s": 0.01, "report_s": 9.0}
+    more = {"runs": 1000, "rows": 100, "queries": 100, "metrics.json_s": 0.05, "report_s": 11.0}
+    added = report_runs.added_run_row(fewer, more)
+    assert added["metrics.json_s"] == pytest.approx(0.04 / 800)
+    assert added["report_s"] == pytest.approx(2.0 / 800)
+    assert added["report / metrics.json"] == pytest.approx(50.0)
+    still = report_runs.added_run_row(fewer, {**more, "metrics.json_s": 0.01})
+    assert np.isnan(still["report / metrics.json"])

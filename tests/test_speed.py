@@ -175,3 +175,13 @@ def test_speed_runs_only_the_benchmarks_it_is_given():
     ):
         out = CliRunner().invoke(main, ["speed", *bad])
         assert out.exit_code == 1 and message in out.output
+
+
+def test_a_long_evaluator_row_says_it_started_and_how_long_it_has_run(monkeypatch):
+    from bench.speed import scale
+
+    monkeypatch.setattr(scale, "PROGRESS_S", 0.0)
+    lines = []
+    row = scale.measured("faiss", 300, 8, 0.1, None, timeout=300, say=lines.append)
+    assert "seconds" in row and lines[0] == "faiss: 300 x 8, started"
+    assert all(line.startswith("faiss: 300 x 8, ") for line in lines)

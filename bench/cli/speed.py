@@ -152,7 +152,7 @@ def speed(
         "evaluator-scale": lambda: show(
             "evaluator at scale (R@K and MAP@R; each in a process of its own: seconds, peak "
             "resident memory, (+ its rise above the data))",
-            scale_benchmark(scale, allowance_gb=allowance, timeout=scale_timeout),
+            scale_benchmark(scale, allowance_gb=allowance, timeout=scale_timeout, say=progress),
         ),
         "crossover": lambda: show(
             "large-class ranking vs faiss top-k (ms per query, 128-d)",
@@ -198,6 +198,11 @@ def chosen_benchmarks(only: str | None) -> list[str]:
             f"--only {only!r}: expected some of {', '.join(BENCHMARKS)}, comma-separated"
         )
     return [name for name in BENCHMARKS if name in names]
+
+
+def progress(line: str) -> None:
+    """A progress line of a long benchmark, on stderr (the tables stay on stdout)."""
+    click.echo(line, err=True)
 
 
 def show(title: str, rows: list[dict]) -> None:

@@ -161,27 +161,51 @@ def read_all_metrics(folders: Sequence[Path]) -> list[dict]:
 def report_benchmark(
     report: Report, count: int = 1000, queries: int = 100, repeats: int = 3
 ) -> list[dict]:
-    """Seconds of one `report(results, out)` over `write_runs(count)` against reading their
-    metrics.json files (the best of `repeats`; both on files the system has cached), and the
-    ratio. The runs are generated in a temporary folder, removed after."""
+    """Seconds of one `report(results, out)` over `write_runs(count)`, and over its first
+    fifth (at least 3 runs: the same rows, fewer seeds), each against reading their
+    metrics.json files (the best of `repeats`; both on files the system has cached); and what
+    one more run costs each, between the two. What a report costs beyond reading is mostly
+    fixed (figures and tables grow with rows, not runs); what grows with the runs is the last
+    row's. The runs are generated in a temporary folder, removed after."""
+    sizes = sorted({max(3, count // 5), count})
     tmp = Path(tempfile.mkdtemp(prefix="nngk-report-runs-"))
     try:
-        folders = write_runs(tmp / "results", count, queries)
-        read_s = best_time(lambda: read_all_metrics(folders), repeats)
-        report_s = best_time(lambda: report(tmp / "results", tmp / "report"), 1)
+        rows = [timed_report(report, tmp / str(n), n, queries, repeats) for n in sizes]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    rows = len({run[:3] for run in sweep(count - len(BASELINES))})
-    return [
-        {
-            "runs": count,
-            "rows": rows,
-            "queries": queries,
-            "metrics.json_s": read_s,
-            "report_s": report_s,
-            "report / metrics.json": report_s / read_s,
-        }
-    ]
+    return [*rows, added_run_row(*rows)] if len(rows) == 2 else rows
+
+
+def timed_report(report: Report, folder: Path, runs: int, queries: int, repeats: int) -> dict:
+    """One row of the benchmark: `report` over `write_runs(runs)` in `folder`, against reading
+    their metrics.json files."""
+    folders = write_runs(folder / "results", runs, queries)
+    read_s = best_time(lambda: read_all_metrics(folders), repeats)
+    report_s = best_time(lambda: report(folder / "results", folder / "report"), 1)
+    table_rows = len({run[:3] for run in sweep(runs - len(BASELINES))})
+    return {
+        "runs": runs,
+        "rows": table_rows,
+        "queries": queries,
+        "metrics.json_s": read_s,
+        "report_s": report_s,
+        "report / metrics.json": report_s / read_s,
+    }
+
+
+def added_run_row(fewer: dict, more: dict) -> dict:
+    """Seconds one more run adds to each, between two rows of the benchmark."""
+    added = more["runs"] - fewer["runs"]
+    read_s = (more["metrics.json_s"] - fewer["metrics.json_s"]) / added
+    report_s = (more["report_s"] - fewer["report_s"]) / added
+    return {
+        "runs": f"each of {fewer['runs']}-{more['runs']}",
+        "rows": more["rows"],
+        "queries": more["queries"],
+        "metrics.json_s": read_s,
+        "report_s": report_s,
+        "report / metrics.json": report_s / read_s if read_s > 0 else float("nan"),
+    }
 
 
 def best_time(fn: Callable[[], object], repeats: int) -> float:

@@ -29,6 +29,7 @@ GB = 1e9
 # and scales the time to all n: each query costs the same (a scan of the whole base), and a
 # million queries would cost as long again as the evaluator it bounds.
 FAISS_QUERIES = 100_000
+PROGRESS_S = 60.0  # a line each minute while an evaluator runs
 
 
 def skewed_set(n: int, dims: int, share: float = 0.1, seed: int = 0):
@@ -135,15 +136,24 @@ def _measure(results, name: str, n: int, dims: int, share: float, allowance_gb: 
 
 
 def measured(
-    name: str, n: int, dims: int, share: float, allowance_gb: float | None, timeout: float
+    name: str,
+    n: int,
+    dims: int,
+    share: float,
+    allowance_gb: float | None,
+    timeout: float,
+    say: Callable[[str], object] = lambda line: None,
 ) -> dict:
     """One evaluator's row, measured in a fresh process: seconds, peak resident memory (GB,
-    data included), resident memory before it ran (the data and imports), or `error`."""
+    data included), resident memory before it ran (the data and imports), or `error`. `say`
+    is handed a line when it starts and each PROGRESS_S seconds after."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     child = context.Process(target=_measure, args=(results, name, n, dims, share, allowance_gb))
+    say(f"{name}: {n:,} x {dims}, started")
     child.start()
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline, told = started + timeout, started
     row = None
     while row is None and time.monotonic() < deadline:
         try:
@@ -151,6 +161,9 @@ def measured(
         except queue.Empty:
             if not child.is_alive():
                 break
+        if time.monotonic() - told >= PROGRESS_S:
+            told = time.monotonic()
+            say(f"{name}: {n:,} x {dims}, {told - started:.0f} s so far")
     if row is None and child.is_alive():
         child.kill()
         row = {"error": f"stopped after {timeout:.0f} s (--scale-timeout)"}
@@ -168,12 +181,16 @@ def scale_benchmark(
     share: float = 0.1,
     allowance_gb: float | None = 8.0,
     timeout: float = 3600.0,
+    say: Callable[[str], object] = lambda line: None,
 ) -> list[dict]:
     """Per size: our evaluator (R@K and MAP@R), PML's AccuracyCalculator (the same two) and
-    faiss's 8 nearest neighbours of every item, each in its own process; ours against both."""
+    faiss's 8 nearest neighbours of every item, each in its own process; ours against both.
+    `say` is handed progress lines (see `measured`)."""
     table = []
     for n in sizes:
-        rows = {name: measured(name, n, dims, share, allowance_gb, timeout) for name in EVALUATORS}
+        rows = {
+            name: measured(name, n, dims, share, allowance_gb, timeout, say) for name in EVALUATORS
+        }
         table.append(scale_row(n, dims, share, rows))
     return table
 
