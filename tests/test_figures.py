@@ -298,3 +298,24 @@ def test_metrics_vs_dims_draws_a_row_of_panels_per_variant(monkeypatch):
     assert labels == ["nngk", "triplet", "raw inputs"]
     for fig in drawn:
         plt.close(fig)
+
+
+def test_mean_sd_lines_draws_each_hues_mean_and_one_sd_as_a_plain_loop_computes_them():
+    rows = [("a", 1, 0.1), ("a", 1, 0.3), ("a", 2, 0.5), ("a", 2, 0.9), ("a", 2, 0.4),
+            ("b", 1, 0.7), ("b", 4, 0.2), ("b", 4, np.nan)]  # fmt: skip
+    df = pd.DataFrame(rows, columns=["method", "dims", "score"])
+    fig, ax = plt.subplots()
+    figures.mean_sd_lines(ax, df, "dims", "score", "method", ["b", "a"])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["b", "a"]
+    for line, band, method in zip(ax.lines, ax.collections, ["b", "a"], strict=True):
+        xs = sorted({x for m, x, y in rows if m == method})
+        values = [[y for m, x2, y in rows if m == method and x2 == x and y == y] for x in xs]
+        means = [sum(v) / len(v) for v in values]
+        sds = [np.std(v, ddof=1) if len(v) > 1 else np.nan for v in values]
+        np.testing.assert_allclose(line.get_xdata(), xs)
+        np.testing.assert_allclose(line.get_ydata(), means)
+        edge = band.get_paths()[0].vertices[:, 1] if band.get_paths() else np.array([])
+        for mean, sd in zip(means, sds, strict=True):
+            if not np.isnan(sd):
+                assert np.isclose(edge, mean + sd).any() and np.isclose(edge, mean - sd).any()
+    plt.close(fig)

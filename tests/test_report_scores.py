@@ -108,7 +108,7 @@ def rewritten(run, **change):
     "change",
     [
         {"format": 2},
-        {"embeddings_sha256": "0" * 64},
+        {"embeddings_sha256": "0" * 64, "embeddings_mtime_ns": 0},
         {"names": ["recall@1"]},
         {"scores": np.zeros((5, 60), dtype=np.float32)},
         {"scores": np.zeros(60)},
@@ -121,6 +121,26 @@ def test_a_scores_file_of_another_format_or_embedding_is_not_trusted(tmp_path, c
     assert store.read_query_scores(run) is not None
     rewritten(run, **change)
     assert store.read_query_scores(run) is None
+
+
+def test_the_hash_is_read_only_where_the_embeddings_time_changed(tmp_path, monkeypatch):
+    """Scores whose record names the embeddings' size and time are read without hashing them;
+    after a copy that kept the bytes but not the time (or an earlier version's record, which has
+    none), the hash decides once and the time is recorded for the next report."""
+    run, scores = saved_run(tmp_path)
+    hashed = []
+    real = store.file_sha256
+    monkeypatch.setattr(store, "file_sha256", lambda path: hashed.append(path) or real(path))
+    assert store.read_query_scores(run) is not None and hashed == []
+    copy = tmp_path / "copy"
+    shutil.copytree(run, copy, copy_function=shutil.copyfile)  # new times, the same bytes
+    rewritten(copy, embeddings_mtime_ns=None)
+    np.testing.assert_array_equal(store.read_query_scores(copy)["map@r"], scores["map@r"])
+    assert hashed == [copy / store.EMBEDDINGS]
+    assert store.read_query_scores(copy) is not None and len(hashed) == 1  # restamped
+    emb, labels = embeddings(seed=1)  # replaced: a new time, and the hash says it is other
+    atomic_save_npz(copy / store.EMBEDDINGS, embeddings=emb, labels=labels)
+    assert store.read_query_scores(copy) is None and len(hashed) == 2
 
 
 def test_scores_without_their_embeddings_are_not_read(tmp_path):
