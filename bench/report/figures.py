@@ -114,14 +114,16 @@ def mean_sd_lines(
     seaborn's lineplot(errorbar="sd") draws; the statistics by one pandas groupby, since
     seaborn's per-line aggregation grew with the runs and made most of a report's time over
     many runs."""
+    keys = [x] if hue is None else [hue, x]
+    table = df.groupby(keys, sort=True)[y].agg(["mean", "std"]).dropna(subset=["mean"])
     if hue is None:
-        groups = [(None, df)]
+        groups = [(None, table)]
     else:
         order = list(order) if order is not None else sorted(df[hue].unique())
-        groups = [(value, df[df[hue] == value]) for value in order]
+        found = set(table.index.get_level_values(0))
+        groups = [(v, table.xs(v, level=0) if v in found else table.iloc[:0]) for v in order]
     colours = sns.color_palette(n_colors=max(len(groups), 1))
-    for i, (value, part) in enumerate(groups):
-        stats = part.groupby(x, sort=True)[y].agg(["mean", "std"]).dropna(subset=["mean"])
+    for i, (value, stats) in enumerate(groups):
         if not len(stats):
             continue
         colour = palette[value] if palette is not None else colours[i]
@@ -164,8 +166,9 @@ def recall_at_k_curves(df: pd.DataFrame) -> bytes:
     methods = sorted(long["method"].unique())
     with figure_style():
         fig, axes = subplots(len(methods), sharey=True)
+        parts = dict(iter(long.groupby("method", sort=True)))
         for ax, method in zip(axes, methods, strict=True):
-            part = long[long["method"] == method]
+            part = parts[method]
             order = [str(s) for s in sizes if str(s) in set(part["dims"])]
             mean_sd_lines(ax, part, "K", "R", "dims", order, palette)
             _log2_axis(ax, long["K"].unique())
