@@ -34,6 +34,7 @@ from bench.data.splits import (
     make_splits,
     parse_val_split,
     trained_protocol,
+    training_classes_first,
 )
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 
@@ -149,11 +150,6 @@ class DataSplits:
     class_names: tuple[str, ...] = ()
 
 
-def contiguous(labels: np.ndarray) -> np.ndarray:
-    """Labels renumbered 0..C-1 in sorted order of the original class ids."""
-    return np.unique(labels, return_inverse=True)[1].astype(np.int64)
-
-
 def tensor_splits(
     name: str,
     images: torch.Tensor,
@@ -168,6 +164,8 @@ def tensor_splits(
     (`PixelImages`), split by the protocol; training images shifted by up to `shift` pixels."""
     table = pd.DataFrame({"label": labels, "split": ""})
     splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
+    classes = np.unique(labels)
+    labels, order = training_classes_first(labels, splits.train)
 
     def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
         if isinstance(images, np.ndarray):
@@ -183,7 +181,7 @@ def tensor_splits(
         in_channels=1 if isinstance(images, np.ndarray) else images.shape[1],
         num_train_classes=len(np.unique(labels[splits.train])),
         unseen=part(splits.unseen) if len(splits.unseen) else None,
-        class_names=tuple(str(c) for c in np.unique(labels)),
+        class_names=tuple(str(c) for c in classes[order]),
     )
 
 
@@ -260,7 +258,7 @@ def image_splits(
     cache = build_cache(
         table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
     )
-    labels = contiguous(table["label"].to_numpy())
+    labels, order = training_classes_first(table["label"].to_numpy(), splits.train)
     eval_tf = Crops(crop, resize, crop_mode)
     train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad)
 
@@ -280,7 +278,7 @@ def image_splits(
         in_channels=3,
         num_train_classes=len(np.unique(labels[splits.train])),
         unseen=part(splits.unseen, eval_tf) if len(splits.unseen) else None,
-        class_names=tuple(names.astype(str)),
+        class_names=tuple(names.astype(str).to_numpy()[order]),
     )
 
 

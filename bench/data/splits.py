@@ -341,3 +341,19 @@ def limit_per_class(rows: np.ndarray, labels: np.ndarray, n: int) -> np.ndarray:
     rng = np.random.default_rng(SPLIT_SEED)
     keep = [rng.permutation(rows[labels[rows] == c])[:n] for c in np.unique(labels[rows])]
     return np.sort(np.concatenate(keep))
+
+
+def training_classes_first(
+    labels: np.ndarray, train_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class ids (any integers) renumbered so that the training rows' classes are 0..T-1 (what
+    a classifier head needs) and the others follow, each in sorted order, and that order (the
+    sorted class ids, the new number's class first): the sorted numbering where the training
+    classes come first already, not where a class fold held out classes among them
+    (`--val-split classes:F/K`)."""
+    classes, numbered = np.unique(labels, return_inverse=True)
+    seen = np.unique(numbered[train_rows])
+    order = np.concatenate([seen, np.setdiff1d(np.arange(len(classes)), seen)])
+    lookup = np.empty(len(order), dtype=np.int64)
+    lookup[order] = np.arange(len(order))
+    return lookup[numbered.reshape(-1)], order
