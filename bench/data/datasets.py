@@ -285,12 +285,9 @@ def image_splits(
 def train_classes_first(train: np.ndarray, *others: np.ndarray) -> list[np.ndarray]:
     """Labels renumbered so that the training classes are 0..C-1 (what a classifier head needs)
     and any other class follows; the same class keeps the same number in every split."""
-    seen = np.unique(train)
-    rest = np.setdiff1d(np.unique(np.concatenate([train, *others])), seen)
-    lookup = {c: i for i, c in enumerate(np.concatenate([seen, rest]).tolist())}
-    return [
-        np.array([lookup[c] for c in part.tolist()], dtype=np.int64) for part in (train, *others)
-    ]
+    parts = [np.asarray(part) for part in (train, *others)]
+    labels, _ = training_classes_first(np.concatenate(parts), np.arange(len(parts[0])))
+    return np.split(labels, np.cumsum([len(part) for part in parts])[:-1])
 
 
 def feature_splits(
