@@ -136,12 +136,6 @@ def mean_sd_lines(
         ax.legend(fontsize=7, title=hue, title_fontsize=7)
 
 
-def _lines(
-    ax: Axes, df: pd.DataFrame, x: str, y: str, hue: str | None, order: list | None = None
-) -> None:
-    mean_sd_lines(ax, df, x, y, hue, order)
-
-
 # ---------------------------------------------------------------- result curves
 
 
@@ -185,7 +179,7 @@ def mprec_curves(df: pd.DataFrame) -> bytes:
     with figure_style():
         fig, axes = subplots(len(sizes), sharey=True)
         for ax, size in zip(axes, sizes, strict=True):
-            _lines(
+            mean_sd_lines(
                 ax, df[df["dims"] == size], "K", "mprec", "method", sorted(df["method"].unique())
             )
             ax.set(title=f"d = {size}", ylabel="mprec@K")
@@ -214,7 +208,7 @@ def metrics_vs_dims(
         for i, (value, part) in enumerate(groups):
             row = axes[i * len(metrics) : (i + 1) * len(metrics)]
             for ax, metric in zip(row, metrics, strict=True):
-                _lines(ax, part, "dims", metric, "method", order)
+                mean_sd_lines(ax, part, "dims", metric, "method", order)
                 for (label, values), style in zip(
                     (baselines or {}).items(), BASELINE_STYLES, strict=False
                 ):
@@ -239,7 +233,7 @@ def accuracy_vs_examples(df: pd.DataFrame) -> bytes:
     _require(df, ["method", "train_per_class", "accuracy"])
     with figure_style():
         fig, (ax,) = subplots(1)
-        _lines(ax, df, "train_per_class", "accuracy", "method")
+        mean_sd_lines(ax, df, "train_per_class", "accuracy", "method")
         ax.set_xticks(sorted(df["train_per_class"].unique()))
         ax.set(xlabel="training examples per class", title="accuracy against examples per class")
         return png_bytes(fig)
@@ -260,7 +254,7 @@ def neighbours_effect(df: pd.DataFrame, metric: str) -> bytes:
         order = df[hue].unique().tolist()
     with figure_style():
         fig, (ax,) = subplots(1)
-        _lines(ax, df, "k", metric, hue, order)
+        mean_sd_lines(ax, df, "k", metric, hue, order)
         _log2_axis(ax, df["k"].unique())
         ax.set(xlabel="neighbours k", ylabel=_label(metric))
         ax.set_title(f"{_label(metric)} against neighbours k")
@@ -283,7 +277,7 @@ def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
         fig, axes = subplots(2)
         for ax, (column, title) in zip(axes, panels.items(), strict=True):
             part = history.dropna(subset=[column])
-            _lines(ax, part, "epoch", column, hue)
+            mean_sd_lines(ax, part, "epoch", column, hue)
             _integer_axis(ax, history["epoch"].unique())
             ax.set(xlabel="epoch", ylabel=column.replace("_", " "), title=title)
         return png_bytes(fig)

@@ -122,9 +122,10 @@ def read_query_scores(
             table, record = saved["scores"], json.loads(saved["record"].item())
     except (OSError, ValueError, TypeError, KeyError, EOFError, zipfile.BadZipFile):
         return None
-    if not _fits(table, record) or not _of(record, source):
+    stat = source.stat()
+    if not _fits(table, record) or not _of(record, source, stat):
         return None
-    if record.get("embeddings_mtime_ns") != source.stat().st_mtime_ns:
+    if record.get("embeddings_mtime_ns") != stat.st_mtime_ns:
         _restamp(path, table, record, source)
     return dict(zip(record["names"], table, strict=True))
 
@@ -154,12 +155,11 @@ def _fits(table: np.ndarray, record: object) -> bool:
     )
 
 
-def _of(record: dict, source: Path) -> bool:
+def _of(record: dict, source: Path, stat: os.stat_result) -> bool:
     """Whether the record names `source` as it is now: its size; then its modification time,
     as make and rsync trust it (the harness replaces a file whole, so a new one has a new
     time); only where that differs, its sha256, which reads the whole file (tens of ms for a
     run's embeddings, every run at every report)."""
-    stat = source.stat()
     if record.get("embeddings_bytes") != stat.st_size:
         return False
     if record.get("embeddings_mtime_ns") == stat.st_mtime_ns:
