@@ -149,6 +149,11 @@ def test_tune_holds_the_weights_for_every_trial_and_names_them_in_the_study(tmp_
     assert study.endswith(safe_name(f"-pretrained-{weights}"))
     (trial,) = (tmp_path / "tune" / "trials").iterdir()
     assert json.loads((trial / "config.json").read_text())["weights"] == LABEL
+    from bench.report.tuning import tuning_files  # its row in the report's tuning.md, too
+
+    lines = tuning_files(tmp_path)["tuning.md"].decode().splitlines()
+    (row,) = [r for r in lines if r.startswith("| contrastive")]
+    assert f"| pretrained={LABEL} |" in row
 
 
 def test_the_paper_presets_nngk_settings_train_on_it(tmp_path, weights):

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from bench.report.table_format import Files, github_table
+from bench.runs.config import current_weights_label
 
 TUNING = "tuning"
 
@@ -52,23 +53,36 @@ def tuning_files(results: Path) -> Files:
                 setup.get("dataset", ""),
                 setup.get("dims", ""),
                 budget,
+                held_text(study),
                 f"{100 * study['best_value']:.2f}",
                 params_text(study["best_params"]),
                 " ".join(plots),
             ]
         )
-    headers = ["loss", "data set", "dims", "budget", "val. MAP@R", "chosen", "plots"]
+    headers = ["loss", "data set", "dims", "budget", "held", "val. MAP@R", "chosen", "plots"]
     files[f"{TUNING}.md"] = (
         "# Tuning: the same search budget for every loss\n\n"
         "Each loss's learning rate, weight decay and own parameters (`nngk-bench losses`), "
         "searched with the same number of trials, epochs per trial and sampler (Sobol), "
         "scored by MAP@R on validation classes never trained on; the test split is never "
-        "used. Where a study was pruned, its first trial is the loss's default (never "
-        "pruned), and the budget says the epochs its trials trained against those they would "
-        "have trained unpruned. The chosen settings, retrained with several seeds, are the "
-        "`-tuned` tables.\n\n" + github_table(rows, headers)
+        "used. Held: what was given to `tune` for every trial (else the preset's), such as "
+        "the weights a network starts from. Where a study was pruned, its first trial is the "
+        "loss's default (never pruned), and the budget says the epochs its trials trained "
+        "against those they would have trained unpruned. The chosen settings, retrained with "
+        "several seeds, are the `-tuned` tables.\n\n" + github_table(rows, headers)
     ).encode()
     return files
+
+
+def held_text(study: dict) -> str:
+    """The settings and loss parameters a study held for every trial ('-': the preset's),
+    a weights file by what its provenance says it is, so that a search from scratch and one
+    from pretrained weights read apart."""
+    settings = study.get("setup", {}).get("settings") or {}
+    held = {**(study.get("fixed_params") or {}), **settings}
+    if "pretrained" in held:
+        held["pretrained"] = current_weights_label(str(held["pretrained"]))
+    return params_text(held) or "-"
 
 
 def budget_text(study: dict) -> str:
