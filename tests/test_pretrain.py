@@ -203,3 +203,26 @@ def test_the_weights_label_comes_from_a_provenance_of_those_weights(tmp_path, we
     alone.with_suffix(".json").write_text(weights.with_suffix(".json").read_text())
     alone.write_bytes(weights.read_bytes() + b"\0")
     assert read_provenance(str(alone)) == {}
+
+
+def test_runs_from_other_weights_are_labelled_by_what_the_weights_are():
+    import pandas as pd
+
+    from bench.report.runs import variant_labels
+
+    runs = pd.DataFrame(
+        {
+            "loss": "nngk",
+            "method": "nngk",
+            "dims": 64,
+            "pretrained": ["none", "imagenet", "w/a.pt", "w/b.pt", "w/c.pt"],
+            "weights": ["random init", "ImageNet", LABEL, LABEL, "c.pt"],
+        }
+    )
+    assert variant_labels(runs).tolist() == [
+        "nngk, random init",
+        "nngk, ImageNet weights",
+        f"nngk, {LABEL} (a.pt)",  # two files that read alike: by their names too
+        f"nngk, {LABEL} (b.pt)",
+        "nngk, c.pt weights",  # a file without provenance
+    ]

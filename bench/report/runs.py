@@ -240,9 +240,25 @@ def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
     `exclude`d ones), e.g. 'GAP' or 'k=10, GAP'; '' where none does."""
     labels = pd.Series("", index=df.index, dtype=object)
     for column, rows in _varying(df, exclude):
-        texts = df.loc[rows, column].map(lambda v, c=column: setting_text(c, v))
+        if column == "pretrained" and "weights" in df:
+            texts = weights_texts(df.loc[rows])
+        else:
+            texts = df.loc[rows, column].map(lambda v, c=column: setting_text(c, v))
         labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts
     return labels
+
+
+def weights_texts(runs: pd.DataFrame) -> pd.Series:
+    """How runs' weights read in their label: 'random init', 'ImageNet weights', 'small_cnn
+    pretrained on glyphs 1000-1999', not a file's path; with the file's name where two files
+    read alike (pretrained on the same classes for other epochs)."""
+    labels = runs["weights"].astype(str)
+    texts = labels.where(
+        labels.eq("random init") | labels.str.contains(" pretrained on "), labels + " weights"
+    )
+    files = runs["pretrained"].astype(str)
+    shared = files.groupby(labels).transform("nunique") > 1
+    return texts.where(~shared, texts + " (" + files.map(lambda f: Path(f).name) + ")")
 
 
 def variant_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
