@@ -83,3 +83,17 @@ def test_cross_validation_needs_two_folds(tmp_path):
     out = cli(*args, "--results", tmp_path)
     assert out.exit_code == 1 and "give --folds 2 or more, not 1" in out.output
     assert not list(tmp_path.iterdir())
+
+
+def test_the_folds_of_another_start_are_rows_of_their_own(folds_report):
+    from bench.report.folds import folds_files
+
+    df, _ = load_runs(folds_report)
+    tuned = df[df["table"] == "digits-tuned"]
+    # The same study from pretrained weights (tune --pretrained): another study, another start.
+    label = "small_cnn pretrained on glyphs 1000-1999"
+    other = tuned.assign(weights=label)
+    table = folds_files(pd.concat([tuned, other]), "digits-tuned")["digits-tuned-folds.md"]
+    rows = [[c.strip() for c in line.split("|")[1:5]] for line in table.decode().splitlines()]
+    for start in ("random init", label):
+        assert [f"contrastive, {start}", "8", "folds' mean (2 models of 8 dims)", "2"] in rows

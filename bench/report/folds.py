@@ -22,7 +22,7 @@ from bench.util.arrays import l2_normalised
 
 FOLDS = "folds"
 FOLD = re.compile(r"^classes:(\d+)/(\d+)$")
-KEYS = ["method", "dims", "folds", "tuned"]
+KEYS = ["method", "weights", "dims", "folds", "tuned"]
 SEPARATE, CONCATENATED = "folds' mean", "concatenated"
 
 
@@ -92,9 +92,10 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
     summary.columns = [f"{m}_{'ci' if s == 't_halfwidth' else s}" for m, s in summary.columns]
     summary["seeds"] = grouped.size()
     summary = summary.reset_index()
+    several = summary["weights"].nunique() > 1  # e.g. from scratch and from pretrained weights
     rows = [
         [
-            r["method"],
+            f"{r['method']}, {r['weights']}" if several else r["method"],
             int(r["dims"]),
             embedding_text(r["embedding"], int(r["folds"]), int(r["dims"])),
             int(r["seeds"]),
