@@ -25,6 +25,9 @@ def folds_report(tmp_path_factory) -> Path:
     args += ["1", "--epochs", "1", "--folds", "2", "--cross-validate", "--seeds", "0,1"]
     out = cli(*args, "--final-epochs", "1", "--results", results)
     assert out.exit_code == 0, out.output
+    default = ["run", "--dataset", "digits", "--dims", "8", "--loss", "contrastive"]
+    out = cli(*default, "--epochs", "1", "--seed", "0,1", "--results", results)
+    assert out.exit_code == 0, out.output
     report = cli("report", "--results", results, "--out", results / "report")
     assert report.exit_code == 0, report.output
     return results
@@ -97,3 +100,16 @@ def test_the_folds_of_another_start_are_rows_of_their_own(folds_report):
     rows = [[c.strip() for c in line.split("|")[1:5]] for line in table.decode().splitlines()]
     for start in ("random init", label):
         assert [f"contrastive, {start}", "8", "folds' mean (2 models of 8 dims)", "2"] in rows
+
+
+def test_the_report_sets_the_tuned_fold_models_beside_the_default(folds_report):
+    table = pd.read_csv(folds_report / "report" / "tuned-vs-default.csv")
+    row = table[table["metric"] == "map@r"].iloc[0]
+    per_seed = pd.read_csv(folds_report / "report" / "digits-tuned-folds.csv")
+    means = per_seed[per_seed.embedding == SEPARATE]["map@r"]
+    assert row["tuned_mean"] == pytest.approx(means.mean(), abs=1e-6)
+    assert row["tuned_seeds"] == row["default_seeds"] == 2
+    defaults = [m for m in tuned_runs(folds_report) if m.get("preset") == "" and m["dims"] == 8]
+    assert row["default_mean"] == pytest.approx(np.mean([m["map@r"] for m in defaults]), abs=1e-6)
+    index = (folds_report / "report" / "README.md").read_text()
+    assert "`tuned-vs-default.md`: each tuned loss against its shipped default" in index

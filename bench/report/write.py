@@ -34,6 +34,7 @@ from bench.report.run_files import DamagedRun
 from bench.report.runs import BASELINE_LOSS, load_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
+from bench.report.tuned_default import TUNED_DEFAULT, tuned_default_files
 from bench.report.tuning import TUNING, tuning_files
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
@@ -88,6 +89,7 @@ def build_groups(
             parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
             groups = {t: _build(t, p, builders, found) for t, p in parts.items()}
             groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], found)
+            groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], found)
         except DamagedRun as err:
             left_out = df["path"] == err.run_dir
             if not left_out.any():  # never loop: a file outside the runs is a plain fault

@@ -1,0 +1,62 @@
+"""The report's tuned-vs-default table (issue 25): each tuned loss beside its shipped default on
+the test split, cross-validated fold models averaged per seed, Welch's t-test over seeds."""
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from bench.report.tuned_default import tuned_default_files
+
+LABEL = "small_cnn pretrained on glyphs 1000-1999"
+
+
+def runs(table, weights, values, folds=0, loss="contrastive"):
+    """Run rows as load_runs gives them: one per seed (and fold, where `folds`)."""
+    rows = []
+    for seed, per_fold in enumerate(values):
+        for fold, value in enumerate(per_fold if folds else [per_fold]):
+            split = f"classes:{fold}/{folds}" if folds else "images"
+            rows.append(
+                dict(
+                    table=table, loss=loss, miner="", method=loss, name=f"{loss}, {weights}",
+                    dims=64, weights=weights, backbone="small_cnn", embedding="fc", seed=seed,
+                    val_split=split, path=f"{table}-{weights}-{seed}-{fold}",
+                    **{"map@r": value, "recall@1": 2 * value},
+                )
+            )  # fmt: skip
+    return rows
+
+
+def test_each_tuned_start_meets_its_own_default_and_fold_models_are_averaged_per_seed():
+    df = pd.DataFrame(
+        runs("glyphs", "random init", [0.30, 0.32, 0.31])
+        + runs("glyphs-tuned", "random init", [[0.40, 0.42], [0.44, 0.40], [0.43, 0.43]], 2)
+        + runs("glyphs", LABEL, [0.50, 0.52, 0.51])
+        + runs("glyphs-tuned", LABEL, [[0.30, 0.32], [0.30, 0.34], [0.33, 0.33]], 2)
+        + runs("glyphs", "random init", [0.2], loss="nca")  # one seed
+        + runs("glyphs-tuned", "random init", [[0.2, 0.3], [0.2, 0.3]], 2, loss="nca")
+        + runs("glyphs", "random init", [0.2, 0.3], loss="npair")  # never tuned
+    )
+    files = tuned_default_files(df)
+    table = pd.read_csv(pd.io.common.BytesIO(files["tuned-vs-default.csv"]))
+    mapr = table[table["metric"] == "map@r"].set_index(["loss", "weights"])
+    scratch = mapr.loc[("contrastive", "random init")]
+    assert scratch["tuned_mean"] == pytest.approx(0.42)  # the seeds' fold means 0.41, 0.42, 0.43
+    assert scratch["default_mean"] == pytest.approx(0.31)
+    p = stats.ttest_ind([0.41, 0.42, 0.43], [0.30, 0.32, 0.31], equal_var=False).pvalue
+    assert scratch["p"] == pytest.approx(p, abs=1e-6) and scratch["verdict"] == "above"
+    pretrained = mapr.loc[("contrastive", LABEL)]
+    assert pretrained["default_mean"] == pytest.approx(0.51)  # its own start's default only
+    assert pretrained["verdict"] == "below" and pretrained["difference"] == pytest.approx(-0.19)
+    assert mapr.loc[("nca", "random init"), "verdict"] == "- (one seed)"
+    assert "npair" not in set(table["loss"])
+    text = files["tuned-vs-default.md"].decode()
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines()]
+    # t(2) 4.303 x 0.01 / sqrt(3) = 2.48
+    assert ["contrastive", "64", "random init", "contrastive, random init", "MAP@R"] + [
+        "31.00 ± 2.48 (3)", "42.00 ± 2.48 (3)", "+11.00", "0.00018", "above"
+    ] in rows  # fmt: skip
+
+
+def test_nothing_without_a_tuned_table():
+    assert tuned_default_files(pd.DataFrame(runs("glyphs", "random init", [0.3, 0.4]))) == {}
