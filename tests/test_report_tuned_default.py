@@ -60,3 +60,17 @@ def test_each_tuned_start_meets_its_own_default_and_fold_models_are_averaged_per
 
 def test_nothing_without_a_tuned_table():
     assert tuned_default_files(pd.DataFrame(runs("glyphs", "random init", [0.3, 0.4]))) == {}
+
+
+def test_defaults_trained_as_fold_models_are_averaged_per_seed_too():
+    # `run --val-split classes:F/K`: the default under the cross-validated study's protocol.
+    df = pd.DataFrame(
+        runs("glyphs", "random init", [[0.20, 0.30], [0.30, 0.40]], 2)
+        + runs("glyphs", "random init", [0.10, 0.12])  # validated on a share of the images
+        + runs("glyphs-tuned", "random init", [[0.40, 0.42], [0.44, 0.40]], 2)
+    )
+    table = pd.read_csv(pd.io.common.BytesIO(tuned_default_files(df)["tuned-vs-default.csv"]))
+    mapr = table[table["metric"] == "map@r"].set_index("default")
+    folds = mapr.loc["contrastive, the mean of 2 class folds' models"]
+    assert folds["default_mean"] == pytest.approx(0.30) and folds["default_seeds"] == 2
+    assert mapr.loc["contrastive, random init", "default_mean"] == pytest.approx(0.11)

@@ -26,8 +26,11 @@ def folds_report(tmp_path_factory) -> Path:
     out = cli(*args, "--final-epochs", "1", "--results", results)
     assert out.exit_code == 0, out.output
     default = ["run", "--dataset", "digits", "--dims", "8", "--loss", "contrastive"]
-    out = cli(*default, "--epochs", "1", "--seed", "0,1", "--results", results)
-    assert out.exit_code == 0, out.output
+    for split in ("images", "classes:0/2", "classes:1/2"):  # the last two: the folds' protocol
+        out = cli(
+            *default, "--epochs", "1", "--seed", "0,1", "--val-split", split, "--results", results
+        )
+        assert out.exit_code == 0, out.output
     report = cli("report", "--results", results, "--out", results / "report")
     assert report.exit_code == 0, report.output
     return results
@@ -104,12 +107,27 @@ def test_the_folds_of_another_start_are_rows_of_their_own(folds_report):
 
 def test_the_report_sets_the_tuned_fold_models_beside_the_default(folds_report):
     table = pd.read_csv(folds_report / "report" / "tuned-vs-default.csv")
-    row = table[table["metric"] == "map@r"].iloc[0]
+    mapr = table[table["metric"] == "map@r"]
+    row = mapr[~mapr["default"].str.contains("class folds")].iloc[0]  # validated on images
     per_seed = pd.read_csv(folds_report / "report" / "digits-tuned-folds.csv")
     means = per_seed[per_seed.embedding == SEPARATE]["map@r"]
     assert row["tuned_mean"] == pytest.approx(means.mean(), abs=1e-6)
     assert row["tuned_seeds"] == row["default_seeds"] == 2
-    defaults = [m for m in tuned_runs(folds_report) if m.get("preset") == "" and m["dims"] == 8]
-    assert row["default_mean"] == pytest.approx(np.mean([m["map@r"] for m in defaults]), abs=1e-6)
+    runs = [m for m in tuned_runs(folds_report) if m.get("preset") == "" and m["dims"] == 8]
+    by_split = {s: [m for m in runs if m["val_split"] == s] for s in ("images", "classes:1/2")}
+    assert [m["seed"] for m in by_split["classes:1/2"]] == [0, 1]
+    assert row["default_mean"] == pytest.approx(
+        np.mean([m["map@r"] for m in by_split["images"]]), abs=1e-6
+    )
+    folds = table[(table["metric"] == "map@r") & table["default"].str.contains("class folds")]
+    fold_models = [m["map@r"] for m in runs if m["val_split"].startswith("classes:")]
+    assert folds["default_mean"].iloc[0] == pytest.approx(np.mean(fold_models), abs=1e-6)
     index = (folds_report / "report" / "README.md").read_text()
     assert "`tuned-vs-default.md`: each tuned loss against its shipped default" in index
+
+
+@pytest.mark.parametrize("split", ["classes:2/2", "classes:0/1", "classes:a/b", "folds"])
+def test_a_bad_validation_split_is_a_one_line_error(tmp_path, split):
+    out = cli("run", "--dataset", "digits", "--val-split", split, "--results", tmp_path)
+    assert out.exit_code == 2 and "Invalid value for '--val-split'" in out.output
+    assert not any(tmp_path.iterdir())

@@ -12,7 +12,7 @@ from typing import Any, Callable, get_type_hints
 import click
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE
-from bench.data.splits import PROTOCOLS, VAL_SPLITS
+from bench.data.splits import PROTOCOLS, VAL_SPLITS, parse_val_split
 from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
 from bench.runs.config import RunConfig, canonical_preset
 from bench.train.choices import OPTIMIZER_NAMES, PRESET_NAMES
@@ -27,6 +27,27 @@ class PresetChoice(click.Choice):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         return super().convert(canonical_preset(value), param, ctx)
+
+
+class ValSplitChoice(click.ParamType):
+    """images, classes, or classes:F/K (the F-th of K class folds, as `tune --folds K` holds
+    them out: the shipped default trained under a tuned study's protocol)."""
+
+    name = "val_split"
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str:
+        return "[images|classes|classes:F/K]"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            _, fold = parse_val_split(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        if fold is None and value not in VAL_SPLITS:
+            self.fail(f"{value!r} is not one of images, classes, classes:F/K", param, ctx)
+        if fold is not None and not (fold[1] >= 2 and 0 <= fold[0] < fold[1]):
+            self.fail(f"{value!r}: K folds (2 or more) numbered 0 to K-1", param, ctx)
+        return value
 
 
 def check_log(ctx: click.Context, param: click.Parameter, kind: str | None) -> str | None:
@@ -66,7 +87,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES)),
     "weight_decay": dict(type=NON_NEGATIVE),
     "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
-    "val_split": dict(type=click.Choice(VAL_SPLITS)),
+    "val_split": dict(type=ValSplitChoice()),
     "train_per_class": dict(type=POSITIVE),
     "resize": dict(type=POSITIVE),
     "crop": dict(type=POSITIVE),

@@ -16,6 +16,7 @@ between losses are significant.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -184,7 +185,9 @@ def seeds_p_value(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.nanmean(np.atleast_2d(a), axis=1), np.nanmean(np.atleast_2d(b), axis=1)
     if len(a) < 2 or len(b) < 2 or (a.std() == 0 and b.std() == 0):
         return float("nan")
-    return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    with warnings.catch_warnings():  # nearly equal values: scipy warns; its p is ~1 or NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
 
 
 def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:

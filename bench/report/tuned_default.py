@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from bench.report.folds import complete_seeds, fold_runs
 from bench.report.runs import trained_runs
-from bench.report.significance import t_halfwidth
+from bench.report.significance import seeds_p_value, t_halfwidth
 from bench.report.table_format import COLUMNS, FLOAT, Files, cell, github_table
 
 TUNED_DEFAULT = "tuned-vs-default"
@@ -28,16 +27,42 @@ COMPARED = ("map@r", "recall@1")
 ALPHA = 0.05
 
 
+def fold_means(folds: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
+    """(key, one row per seed: the mean of its fold models) per group of fold runs, each seed
+    that has every fold."""
+    found = []
+    for key, group in folds.groupby(by, dropna=False):
+        seeds = complete_seeds(group)
+        if seeds:
+            means = pd.DataFrame([part[list(COMPARED)].astype(float).mean() for part in seeds])
+            found.append((key, means.assign(seed=[part["seed"].iloc[0] for part in seeds])))
+    return found
+
+
 def tuned_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per seed of a tuned loss's runs: where they are fold models, the mean of each
-    seed that has every fold; else each seed's runs' mean."""
+    seed's folds (`fold_means`); else each seed's runs' mean."""
     folds = fold_runs(runs)
     if len(folds):
-        seeds = [part for _, group in folds.groupby("tuned") for part in complete_seeds(group)]
-        per_seed = [part[list(COMPARED)].astype(float).mean() for part in seeds]
-        keys = [part["seed"].iloc[0] for part in seeds]
-        return pd.DataFrame(per_seed).assign(seed=keys) if seeds else pd.DataFrame()
+        means = fold_means(folds, ["tuned", "folds"])
+        return pd.concat([m for _, m in means]) if means else pd.DataFrame()
     return runs.groupby("seed")[list(COMPARED)].mean().reset_index()
+
+
+def default_variants(defaults: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(label, one row per seed) of each variant of a loss's default runs: the runs of each
+    name; fold models (`run --val-split classes:F/K`, the protocol of a cross-validated study)
+    as the mean of each seed's folds, per number of folds and settings."""
+    folds = fold_runs(defaults)
+    settings = [c for c in folds.columns if c == "lr" or c.startswith("param_")]
+    variants = [
+        (f"{folds['method'].iloc[0]}, the mean of {int(key[0])} class folds' models", means)
+        for key, means in fold_means(folds, ["folds", *settings])
+    ]
+    rest = defaults.drop(index=folds.index)
+    for name, part in rest.groupby("name"):
+        variants.append((name, part.groupby("seed")[list(COMPARED)].mean()))
+    return variants
 
 
 def comparison(default: pd.Series, tuned: pd.Series) -> tuple[float, float, str]:
@@ -45,7 +70,8 @@ def comparison(default: pd.Series, tuned: pd.Series) -> tuple[float, float, str]
     diff = float(tuned.mean() - default.mean())
     if min(len(default), len(tuned)) < 2:
         return diff, float("nan"), "- (one seed)"
-    p = float(stats.ttest_ind(tuned, default, equal_var=False).pvalue)
+    # The seeds' values as seeds_p_value takes per-query rows: one column, their own mean.
+    p = seeds_p_value(tuned.to_numpy()[:, None], default.to_numpy()[:, None])
     if np.isnan(p) or p >= ALPHA:
         return diff, p, "not significant"
     return diff, p, "above" if diff > 0 else "below"
@@ -62,8 +88,7 @@ def table_rows(df: pd.DataFrame, tuned_table: str) -> list[dict]:
         tuned_seeds = tuned_per_seed(tuned)
         if tuned_seeds.empty:
             continue
-        for name, default in defaults[match].groupby("name"):
-            default_seeds = default.groupby("seed")[list(COMPARED)].mean()
+        for name, default_seeds in default_variants(defaults[match]):
             for metric in COMPARED:
                 d, t = default_seeds[metric].dropna(), tuned_seeds[metric].dropna()
                 diff, p, verdict = comparison(d, t)

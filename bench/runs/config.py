@@ -107,7 +107,8 @@ class RunConfig:
     val_split: str = setting(
         "images",
         "Validation: a share of the training images (default), or whole training classes "
-        "never trained on (metric protocol).",
+        "never trained on (metric protocol); classes:F/K: the F-th of K class folds, as `tune "
+        "--folds K` holds them out.",
     )
     train_per_class: int = setting(0, "At most N training images per class (Fig. 3).")
     freeze_backbone: bool = setting(False, "Train only what follows the backbone.")
