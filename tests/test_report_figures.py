@@ -232,3 +232,30 @@ def test_effect_of_neighbours_reads_k_from_metrics_or_config(tmp_path):
     assert set(frame["method"]) == {"nngk"}
     written, _, _ = write_report(r, tmp_path / "out")
     assert tmp_path / "out" / "digits-neighbours.png" in written
+
+
+def test_tuned_studies_that_chose_k_among_others_draw_no_effect_of_k(tmp_path):
+    # Two starts, each tuned: k differs, but with the learning rate and sigma.
+    r = tmp_path / "results"
+    starts = (("none", "random init", 46, 0.001), ("w.pt", "w pretrained on glyphs 1-2", 57, 0.01))
+    for pretrained, start, k, lr in starts:
+        for fold in (0, 1):
+            params = {"sigma": lr * 100, "update_interval": 1, "k": k}
+            history = pd.DataFrame(
+                {"epoch": [1, 2], "mean_centre_distance": [1.0 + k, 2.0 + k]}
+                | {"mean_kernel_value": [0.1, 0.01]}
+            )
+            make_run(
+                r, f"{k}-{fold}", loss="nngk", pretrained=pretrained, weights=start, lr=lr,
+                loss_params=params,
+                val_split=f"classes:{fold}/2", history=history,
+            )  # fmt: skip
+    df, _ = load_runs(r)
+    assert report.neighbours_figure(df, "digits") == {}
+    history = report.centre_history(df)  # a line per setting, its 2 fold models in it
+    lines = history.groupby("run")["mean_centre_distance"].mean().to_dict()
+    assert lines == {
+        "nngk, random init, lr=0.001, k=46, sigma=0.1, 2 class folds, d16": 47.5,
+        "nngk, w pretrained on glyphs 1-2, lr=0.01, k=57, sigma=1, 2 class folds, d16": 58.5,
+    }
+    assert report.centres_figure(df, "digits")["digits-centres.png"].startswith(PNG)

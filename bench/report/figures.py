@@ -100,6 +100,9 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError("the table has no rows")
 
 
+LONG_LABEL = 40  # characters of a legend label that sends the legend under its axes
+
+
 def mean_sd_lines(
     ax: Axes,
     df: pd.DataFrame,
@@ -132,8 +135,13 @@ def mean_sd_lines(
         low, high = stats["mean"] - stats["std"], stats["mean"] + stats["std"]
         ax.fill_between(stats.index, low, high, color=colour, alpha=0.2, linewidth=0)
     ax.set(xlabel=x, ylabel=y)
-    if hue is not None and ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, title=hue, title_fontsize=7)
+    handles, labels = ax.get_legend_handles_labels()
+    if hue is not None and handles:
+        # Long labels (a tuned setting with its start and parameters) go under the axes,
+        # where they would otherwise squeeze the plot to nothing.
+        below = max(map(len, labels)) > LONG_LABEL
+        where = dict(loc="upper center", bbox_to_anchor=(0.5, -0.2)) if below else {}
+        ax.legend(fontsize=7, title=hue, title_fontsize=7, **where)
 
 
 # ---------------------------------------------------------------- result curves
@@ -280,6 +288,12 @@ def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
             mean_sd_lines(ax, part, "epoch", column, hue)
             _integer_axis(ax, history["epoch"].unique())
             ax.set(xlabel="epoch", ylabel=column.replace("_", " "), title=title)
+        if hue is not None and axes[0].get_legend() is not None:
+            # One legend under both panels: the runs' names are long (start, tuned settings).
+            handles, labels = axes[0].get_legend_handles_labels()
+            for ax in axes:
+                ax.get_legend().remove()
+            fig.legend(handles, labels, loc="outside lower center", fontsize=7, title=hue)
         return png_bytes(fig)
 
 

@@ -44,6 +44,9 @@ def median_class_size(run_dir: Path) -> float:
     return float(np.median(np.unique(saved[1], return_counts=True)[1]))
 
 
+FOLD_SPLIT = r"^classes:\d+/(\d+)$"
+
+
 def neighbours_frame(part: pd.DataFrame) -> pd.DataFrame:
     """Fig. 4a's data: NNGK runs' k with their test accuracy (classify) or R@1."""
     runs = trained_runs(part)
@@ -62,11 +65,17 @@ def neighbours_frame(part: pd.DataFrame) -> pd.DataFrame:
 def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     """Fig. 4b/4c's data: the history.csv of every NNGK run that logged centre statistics,
     stacked with `run` = its name and size."""
+    runs = trained_runs(part)[lambda d: d["loss"] == "nngk"]
+    # The K fold models of a setting are one line (mean and sd over folds and seeds).
+    folds = column_or_nan(runs, "val_split", "").astype(str).str.extract(FOLD_SPLIT)[0]
+    names = variant_labels(runs, ["val_split"]) + folds.map(
+        lambda k: f", {k} class folds" if isinstance(k, str) else ""
+    )
     frames = []
-    for _, run in trained_runs(part)[lambda d: d["loss"] == "nngk"].iterrows():
+    for index, run in runs.iterrows():
         history = saved_numbers(Path(run["path"]) / store.HISTORY, ["epoch"])
         if history is not None and "mean_centre_distance" in history:
-            frames.append(history.assign(run=f"{run['name']}, d{run['dims']}"))
+            frames.append(history.assign(run=f"{names[index]}, d{run['dims']}"))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
@@ -143,7 +152,8 @@ def examples_figure(part: pd.DataFrame, table: str) -> Files:
 def neighbours_figure(part: pd.DataFrame, table: str) -> Files:
     """<table>-neighbours.png (Meyer et al. 2018 Fig. 4a), where NNGK runs differ in k."""
     frame = neighbours_frame(part)
-    if frame["k"].nunique() < 2:
+    # A line needs runs that differ in k alone (not tuned studies that chose k among others).
+    if not len(frame) or frame.groupby(["method", "dims"])["k"].nunique().max() < 2:
         return {}
     return {f"{table}-neighbours.png": figures.neighbours_effect(frame, frame.columns[-1])}
 
