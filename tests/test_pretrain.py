@@ -226,3 +226,14 @@ def test_runs_from_other_weights_are_labelled_by_what_the_weights_are():
         f"nngk, {LABEL} (b.pt)",
         "nngk, c.pt weights",  # a file without provenance
     ]
+
+
+def test_a_suite_fine_tunes_it_as_run_does(tmp_path, weights):
+    args = ["--dataset", DATA, "--dims", "8", "--seed", "0", "--epochs", "1", "--batch-size", "16"]
+    args += ["--pretrained", weights, "--results", tmp_path]
+    out = cli("suite", "--losses", "contrastive", *args)
+    assert out.exit_code == 0, out.output
+    (run,) = tmp_path.glob("*-contrastive-*")
+    assert json.loads((run / "metrics.json").read_text())["weights"] == LABEL
+    again = cli("run", "--loss", "contrastive", *args)  # the same run: found, not trained again
+    assert again.exit_code == 0 and "finished, skipped" in again.output

@@ -61,6 +61,7 @@ SUITE_SETTINGS = (
     "weight_decay",
     "val_split",
     "val_fraction",
+    "pretrained",
     "train_per_class",
     "workers",
     "log",
