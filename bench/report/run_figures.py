@@ -10,6 +10,7 @@ import pandas as pd
 
 from bench.report import figures, tsne
 from bench.report.classification import classified_runs, fixed_weights, frozen_backbone
+from bench.report.folds import FOLD
 from bench.report.run_files import saved_embeddings, saved_numbers
 from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.table_format import SPLITS, Files
@@ -44,9 +45,6 @@ def median_class_size(run_dir: Path) -> float:
     return float(np.median(np.unique(saved[1], return_counts=True)[1]))
 
 
-FOLD_SPLIT = r"^classes:\d+/(\d+)$"
-
-
 def neighbours_frame(part: pd.DataFrame) -> pd.DataFrame:
     """Fig. 4a's data: NNGK runs' k with their test accuracy (classify) or R@1."""
     runs = trained_runs(part)
@@ -67,7 +65,7 @@ def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     stacked with `run` = its name and size."""
     runs = trained_runs(part)[lambda d: d["loss"] == "nngk"]
     # The K fold models of a setting are one line (mean and sd over folds and seeds).
-    folds = column_or_nan(runs, "val_split", "").astype(str).str.extract(FOLD_SPLIT)[0]
+    folds = column_or_nan(runs, "val_split", "").astype(str).str.extract(FOLD)[1]
     names = variant_labels(runs, ["val_split"]) + folds.map(
         lambda k: f", {k} class folds" if isinstance(k, str) else ""
     )
