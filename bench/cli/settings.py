@@ -12,7 +12,7 @@ from typing import Any, Callable, get_type_hints
 import click
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE
-from bench.data.splits import PROTOCOLS, VAL_SPLITS, parse_val_split
+from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
 from bench.runs.config import RunConfig, canonical_preset
 from bench.train.choices import OPTIMIZER_NAMES, PRESET_NAMES
@@ -40,13 +40,9 @@ class ValSplitChoice(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         try:
-            _, fold = parse_val_split(str(value))
+            check_val_split_name(str(value))
         except ValueError as err:
             self.fail(str(err), param, ctx)
-        if fold is None and value not in VAL_SPLITS:
-            self.fail(f"{value!r} is not one of images, classes, classes:F/K", param, ctx)
-        if fold is not None and not (fold[1] >= 2 and 0 <= fold[0] < fold[1]):
-            self.fail(f"{value!r}: K folds (2 or more) numbered 0 to K-1", param, ctx)
         return value
 
 

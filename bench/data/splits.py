@@ -111,6 +111,10 @@ def parse_val_split(val_split: str) -> tuple[bool, tuple[int, int] | None]:
             fold, folds = (int(n) for n in val_split.removeprefix("classes:").split("/"))
         except ValueError:
             raise ValueError(f"bad validation split {val_split!r}; expected classes:F/K") from None
+        if folds < 2 or not 0 <= fold < folds:
+            raise ValueError(
+                f"bad validation split {val_split!r}: K folds (2 or more) numbered 0 to K-1"
+            )
         return True, (fold, folds)
     return val_split == "classes", None
 
@@ -278,14 +282,22 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
 VAL_SPLITS = ("images", "classes")
 
 
-def check_val_split(val_split: str, protocol: str) -> None:
-    """A one-line ValueError for an unknown validation split, or whole classes held out under a
-    protocol that tests the classes it trained on (all but metric)."""
+def check_val_split_name(val_split: str) -> bool:
+    """Whether the split holds out whole classes; a one-line ValueError for one that is not
+    images, classes or classes:F/K (0 <= F < K, K >= 2)."""
     by_classes, _ = parse_val_split(val_split)
     if val_split not in VAL_SPLITS and not by_classes:
         raise ValueError(
-            f"unknown validation split {val_split!r}; expected one of: {', '.join(VAL_SPLITS)}"
+            f"unknown validation split {val_split!r}; expected one of: "
+            f"{', '.join(VAL_SPLITS)}, classes:F/K"
         )
+    return by_classes
+
+
+def check_val_split(val_split: str, protocol: str) -> None:
+    """A one-line ValueError for an unknown validation split, or whole classes held out under a
+    protocol that tests the classes it trained on (all but metric)."""
+    by_classes = check_val_split_name(val_split)
     if by_classes and not get_protocol(protocol).class_validation:
         allowed = [n for n in trained_protocols() if get_protocol(n).class_validation]
         plural = "s" if len(allowed) > 1 else ""
