@@ -111,12 +111,13 @@ def mean_sd_lines(
     hue: str | None = None,
     order: Sequence | None = None,
     palette: Mapping | None = None,
+    legend: bool = True,
 ) -> None:
     """A line per value of `hue` (in `order`; one line without it): the mean of `y` at each
     `x`, with a band of one standard deviation (ddof 1; none where one row) around it, as
     seaborn's lineplot(errorbar="sd") draws; the statistics by one pandas groupby, since
     seaborn's per-line aggregation grew with the runs and made most of a report's time over
-    many runs."""
+    many runs. legend=False: none on the axes (the figure's, `figure_legend`, instead)."""
     keys = [x] if hue is None else [hue, x]
     table = df.groupby(keys, sort=True)[y].agg(["mean", "std"]).dropna(subset=["mean"])
     if hue is None:
@@ -136,7 +137,7 @@ def mean_sd_lines(
         ax.fill_between(stats.index, low, high, color=colour, alpha=0.2, linewidth=0)
     ax.set(xlabel=x, ylabel=y)
     handles, labels = ax.get_legend_handles_labels()
-    if hue is not None and handles:
+    if legend and hue is not None and handles:
         # Long labels (a tuned setting with its start and parameters) go under the axes,
         # where they would otherwise squeeze the plot to nothing.
         below = max(map(len, labels)) > LONG_LABEL
@@ -216,7 +217,7 @@ def metrics_vs_dims(
         for i, (value, part) in enumerate(groups):
             row = axes[i * len(metrics) : (i + 1) * len(metrics)]
             for ax, metric in zip(row, metrics, strict=True):
-                mean_sd_lines(ax, part, "dims", metric, "method", order)
+                mean_sd_lines(ax, part, "dims", metric, "method", order, legend=False)
                 for (label, values), style in zip(
                     (baselines or {}).items(), BASELINE_STYLES, strict=False
                 ):
@@ -225,14 +226,18 @@ def metrics_vs_dims(
                 _log2_axis(ax, df["dims"].unique())
                 title = f"{_label(metric)} against embedding size"
                 ax.set(ylabel=_label(metric), title=f"{title}\n{value}" if value else title)
-                if ax.get_legend() is not None:
-                    ax.get_legend().remove()
-        legend = {}
-        for ax in axes:
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                legend.setdefault(label, handle)
-        fig.legend(legend.values(), legend.keys(), loc="outside right upper", fontsize=7)
+        figure_legend(fig, axes, "outside right upper")
         return png_bytes(fig)
+
+
+def figure_legend(fig: Figure, axes: Sequence[Axes], loc: str, title: str | None = None) -> None:
+    """One legend for the figure: each label of its panels once, in the order first drawn."""
+    legend = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            legend.setdefault(label, handle)
+    if legend:
+        fig.legend(legend.values(), legend.keys(), loc=loc, fontsize=7, title=title)
 
 
 def accuracy_vs_examples(df: pd.DataFrame) -> bytes:
@@ -285,15 +290,12 @@ def centre_statistics(history: pd.DataFrame, hue: str | None = None) -> bytes:
         fig, axes = subplots(2)
         for ax, (column, title) in zip(axes, panels.items(), strict=True):
             part = history.dropna(subset=[column])
-            mean_sd_lines(ax, part, "epoch", column, hue)
+            mean_sd_lines(ax, part, "epoch", column, hue, legend=False)
             _integer_axis(ax, history["epoch"].unique())
             ax.set(xlabel="epoch", ylabel=column.replace("_", " "), title=title)
-        if hue is not None and axes[0].get_legend() is not None:
+        if hue is not None:
             # One legend under both panels: the runs' names are long (start, tuned settings).
-            handles, labels = axes[0].get_legend_handles_labels()
-            for ax in axes:
-                ax.get_legend().remove()
-            fig.legend(handles, labels, loc="outside lower center", fontsize=7, title=hue)
+            figure_legend(fig, axes, "outside lower center", title=hue)
         return png_bytes(fig)
 
 
