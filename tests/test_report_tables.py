@@ -2,12 +2,15 @@
 ImageNet pair-verification report Table 3), from run folders written here in the run store's
 format."""
 
+import warnings
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
 from bench.report.runs import load_runs, variant_labels
+from bench.report.table_format import mean_ci_table
 from bench.report.write import write_report
 from bench.runs import store
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
@@ -378,3 +381,22 @@ def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path
         (tmp_path / "out" / "digits-classify-linear-mprec.png").read_bytes().startswith(b"\x89PNG")
     )
     assert "digits-linear-mprec.png" in (tmp_path / "out" / "README.md").read_text()
+
+
+def test_a_table_with_many_methods_is_built_without_pandas_warnings():
+    # 60 methods as columns (a learning-rate sweep): each column inserted alone fragmented the
+    # frame, and pandas printed a PerformanceWarning into every report over such a sweep.
+    df = pd.DataFrame(
+        [
+            {"row": "test", "column": f"m{c:02d}", "seed": seed, "value": c + seed}
+            for c in range(60)
+            for seed in (0, 1)
+        ]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        wide = mean_ci_table(df, ["row"], "column", "value")
+    assert list(wide.columns[:3]) == ["row", "m00 mean", "m00 ci"]
+    assert wide.loc[0, "m59 mean"] == 59.5 and wide.loc[0, "runs"] == 2
+    # seeds 7 and 8: sd 1/sqrt(2), so the 95 % t half-width is t(0.975, 1) x 1/2
+    assert wide.loc[0, "m07 ci"] == pytest.approx(stats.t.ppf(0.975, 1) * 0.5)

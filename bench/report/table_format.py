@@ -64,12 +64,12 @@ def mean_ci_table(df: pd.DataFrame, index: list[str], column: str, value: str) -
     df = one_per_seed(df, [*index, column], [value])
     stats = df.groupby([*index, column], sort=True, dropna=False)[value].agg(["mean", t_halfwidth])
     stats = stats.unstack(column)
-    wide = pd.DataFrame(index=stats.index)
+    columns = {}  # built at once: a column inserted at a time fragments a wide frame
     for c in sorted(df[column].unique()):
-        wide[f"{c} mean"] = stats[("mean", c)]
-        wide[f"{c} ci"] = stats[("t_halfwidth", c)]
-    wide["runs"] = df.groupby(index, sort=True, dropna=False)["seed"].nunique()
-    return wide.reset_index()
+        columns[f"{c} mean"] = stats[("mean", c)]
+        columns[f"{c} ci"] = stats[("t_halfwidth", c)]
+    columns["runs"] = df.groupby(index, sort=True, dropna=False)["seed"].nunique()
+    return pd.DataFrame(columns, index=stats.index).reset_index()
 
 
 def wide_markdown(wide: pd.DataFrame, index: dict[str, str]) -> str:
