@@ -73,26 +73,37 @@ def test_the_benchmark_times_a_report_that_searches_nothing_against_reading_metr
         lines = [line for line in table.read_text().splitlines() if line.startswith("| ")]
         reports.append((len(lines) - 1, sorted(p.name for p in written)))
 
-    fewer, row, added = report_runs.report_benchmark(report, count=20, queries=40, repeats=2)
+    loads = []
+
+    def load(results):
+        loads.append(load_runs(results)[0])
+
+    fewer, row, added = report_runs.report_benchmark(report, load, count=20, queries=40, repeats=2)
+    assert [len(df) for df in loads] == [4, 4, 20, 20]  # the best of 2 readings of each
     (_, _), (table_rows, names) = reports  # a report over 4 runs, then over 20
     assert table_rows == 20 and any(name.endswith("-differences.csv") for name in names)
     assert (fewer["runs"], fewer["rows"]) == (4, 2)  # the two baselines, a loss at two lrs
     assert (row["runs"], row["rows"], row["queries"]) == (20, 18, 40)
     assert row["metrics.json_s"] > 0 and row["report_s"] > 0
     assert row["report / metrics.json"] == row["report_s"] / row["metrics.json_s"]
+    assert 0 < row["reading_s"] < row["report_s"]
+    assert row["reading / metrics.json"] == row["reading_s"] / row["metrics.json_s"]
     assert added["runs"] == "each of 4-20"
     per_run = (row["report_s"] - fewer["report_s"]) / 16
     assert added["report_s"] == pytest.approx(per_run)
     read = (row["metrics.json_s"] - fewer["metrics.json_s"]) / 16
     assert added["metrics.json_s"] == pytest.approx(read)
+    assert added["reading_s"] == pytest.approx((row["reading_s"] - fewer["reading_s"]) / 16)
 
 
 def test_the_added_run_row_is_the_difference_per_run_between_two_rows():
-    fewer = {"runs": 200, "rows": 100, "queries": 100, "metrics.json_s": 0.01, "report_s": 9.0}
-    more = {"runs": 1000, "rows": 100, "queries": 100, "metrics.json_s": 0.05, "report_s": 11.0}
+    size = {"rows": 100, "queries": 100}
+    fewer = {"runs": 200, **size, "metrics.json_s": 0.01, "reading_s": 0.04, "report_s": 9.0}
+    more = {"runs": 1000, **size, "metrics.json_s": 0.05, "reading_s": 0.16, "report_s": 11.0}
     added = report_runs.added_run_row(fewer, more)
     assert added["metrics.json_s"] == pytest.approx(0.04 / 800)
     assert added["report_s"] == pytest.approx(2.0 / 800)
     assert added["report / metrics.json"] == pytest.approx(50.0)
+    assert added["reading / metrics.json"] == pytest.approx(3.0)
     still = report_runs.added_run_row(fewer, {**more, "metrics.json_s": 0.01})
     assert np.isnan(still["report / metrics.json"])

@@ -180,10 +180,11 @@ def speed(
 
 def report_rows(count: int) -> list[dict]:
     """`report` over `count` generated finished runs against reading their metrics.json."""
+    from bench.report.runs import load_runs
     from bench.report.write import write_report
     from bench.speed.report_runs import report_benchmark
 
-    return report_benchmark(write_report, count=count)
+    return report_benchmark(write_report, load_runs, count=count)
 
 
 def chosen_benchmarks(only: str | None) -> list[str]:

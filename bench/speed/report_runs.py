@@ -49,6 +49,7 @@ LRS = (0.1, 0.03, 0.01, 0.003, 0.001)
 CLASSES = 10
 BASELINES = (("raw inputs", "none", 32), ("untrained resnet18 (imagenet)", "resnet18", 512))
 Report = Callable[[Path, Path], object]  # (results, out): bench.report.write.write_report
+Load = Callable[[Path], object]  # (results): bench.report.runs.load_runs, the report's reading
 
 
 def sweep(count: int) -> list[tuple[str, int, float, int]]:
@@ -159,28 +160,32 @@ def read_all_metrics(folders: Sequence[Path]) -> list[dict]:
 
 
 def report_benchmark(
-    report: Report, count: int = 1000, queries: int = 100, repeats: int = 3
+    report: Report, load: Load, count: int = 1000, queries: int = 100, repeats: int = 3
 ) -> list[dict]:
     """Seconds of one `report(results, out)` over `write_runs(count)`, and over its first
     fifth (at least 3 runs: the same rows, fewer seeds), each against reading their
-    metrics.json files (the best of `repeats`; both on files the system has cached); and what
-    one more run costs each, between the two. What a report costs beyond reading is mostly
-    fixed (figures and tables grow with rows, not runs); what grows with the runs is the last
-    row's. The runs are generated in a temporary folder, removed after."""
+    metrics.json files, and the report's own reading of the runs, `load(results)` (both the
+    best of `repeats`, on files the system has cached); and what one more run costs each,
+    between the two. What a report costs beyond reading is mostly fixed (figures and tables
+    grow with rows, not runs); what grows with the runs is the last row's. The runs are
+    generated in a temporary folder, removed after."""
     sizes = sorted({max(3, count // 5), count})
     tmp = Path(tempfile.mkdtemp(prefix="nngk-report-runs-"))
     try:
-        rows = [timed_report(report, tmp / str(n), n, queries, repeats) for n in sizes]
+        rows = [timed_report(report, load, tmp / str(n), n, queries, repeats) for n in sizes]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [*rows, added_run_row(*rows)] if len(rows) == 2 else rows
 
 
-def timed_report(report: Report, folder: Path, runs: int, queries: int, repeats: int) -> dict:
-    """One row of the benchmark: `report` over `write_runs(runs)` in `folder`, against reading
-    their metrics.json files."""
+def timed_report(
+    report: Report, load: Load, folder: Path, runs: int, queries: int, repeats: int
+) -> dict:
+    """One row of the benchmark: `report` over `write_runs(runs)` in `folder`, and its reading
+    of them, against reading their metrics.json files."""
     folders = write_runs(folder / "results", runs, queries)
     read_s = best_time(lambda: read_all_metrics(folders), repeats)
+    load_s = best_time(lambda: load(folder / "results"), repeats)
     report_s = best_time(lambda: report(folder / "results", folder / "report"), 1)
     table_rows = len({run[:3] for run in sweep(runs - len(BASELINES))})
     return {
@@ -188,6 +193,8 @@ def timed_report(report: Report, folder: Path, runs: int, queries: int, repeats:
         "rows": table_rows,
         "queries": queries,
         "metrics.json_s": read_s,
+        "reading_s": load_s,
+        "reading / metrics.json": load_s / read_s,
         "report_s": report_s,
         "report / metrics.json": report_s / read_s,
     }
@@ -196,13 +203,16 @@ def timed_report(report: Report, folder: Path, runs: int, queries: int, repeats:
 def added_run_row(fewer: dict, more: dict) -> dict:
     """Seconds one more run adds to each, between two rows of the benchmark."""
     added = more["runs"] - fewer["runs"]
-    read_s = (more["metrics.json_s"] - fewer["metrics.json_s"]) / added
-    report_s = (more["report_s"] - fewer["report_s"]) / added
+    read_s, load_s, report_s = (
+        (more[key] - fewer[key]) / added for key in ("metrics.json_s", "reading_s", "report_s")
+    )
     return {
         "runs": f"each of {fewer['runs']}-{more['runs']}",
         "rows": more["rows"],
         "queries": more["queries"],
         "metrics.json_s": read_s,
+        "reading_s": load_s,
+        "reading / metrics.json": load_s / read_s if read_s > 0 else float("nan"),
         "report_s": report_s,
         "report / metrics.json": report_s / read_s if read_s > 0 else float("nan"),
     }
