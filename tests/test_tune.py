@@ -122,7 +122,9 @@ def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, sto
     assert study.trials[killed.number].state == TrialState.FAIL, states
     assert RetryHeartbeatStaleTrialCallback.retried_trial_number(retry) == killed.number
     assert retry.params == killed.params  # the same run folder, resumed:
-    assert re.search(r"resuming after epoch 1 of 2", resumed.output), resumed.output
+    # Killed after its first epoch or its second (the study's database is read between the
+    # two looks at the files, and under load an epoch may end meanwhile), never from scratch.
+    assert re.search(r"resuming after epoch [12] of 2", resumed.output), resumed.output
     # The retry inherited what the killed trial had reported, and went on from there.
     assert set(killed.intermediate_values.items()) <= set(retry.intermediate_values.items())
 
