@@ -63,6 +63,7 @@ SUITE_SETTINGS = (
     "val_fraction",
     "pretrained",
     "train_per_class",
+    "clustering",
     "workers",
     "log",
 )

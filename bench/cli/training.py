@@ -169,8 +169,10 @@ def train_distributed(
 
 
 def summary_line(metrics: dict) -> str:
-    """A finished run's test R@1, NMI and MAP@R, and where it diverged if it did."""
-    line = "  ".join(f"{key}={metrics[key]:.4f}" for key in ("recall@1", "nmi", "map@r"))
+    """A finished run's test R@1, NMI (unless --clustering none) and MAP@R, and where it
+    diverged if it did."""
+    keys = [key for key in ("recall@1", "nmi", "map@r") if key in metrics]
+    line = "  ".join(f"{key}={metrics[key]:.4f}" for key in keys)
     if "diverged" in metrics:
         line += f"  (diverged at {metrics['diverged']}; tested epoch {metrics['best_epoch']})"
     return line

@@ -11,6 +11,12 @@ METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
 
 
 BEST_OF = 5  # k-means restarts of `nmi_best_of_5`
+# A run's `clustering` setting: which NMI its test computes, as evaluate's flags.
+CLUSTERING = {
+    "full": {"clustering": True, "best_of": True},
+    "pml": {"clustering": True, "best_of": False},
+    "none": {"clustering": False, "best_of": False},
+}
 Scores = dict[str, np.ndarray]  # each query's recall@K hits and AP@R, in query order
 
 

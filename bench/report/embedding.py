@@ -138,7 +138,8 @@ def markdown_table(
         + (significance_note(differences) if differences is not None and len(differences) else "")
         + "NMI: one k-means run, as PML's AccuracyCalculator computes it (faiss, 20 "
         "iterations); NMI (best of 5): the best of 5 restarts, what earlier versions called "
-        "NMI (runs recorded by them show only that). Baselines: raw inputs "
+        "NMI (runs recorded by them show only that); runs tested with `--clustering none` "
+        "have no NMI. Baselines: raw inputs "
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "

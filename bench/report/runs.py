@@ -91,11 +91,14 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
     runs, problems = store.scan_runs(results)
     rows = []
     for run_dir, metrics in runs:
+        if metrics.get("clustering") == "none":  # tested without k-means (--clustering none)
+            metrics.setdefault("nmi", float("nan"))
         fault = metrics_fault(metrics)
         if fault:
             problems.append(f"{run_dir.name}: metrics.json {fault}; the run is left out")
             continue
-        if "nmi_best_of_5" not in metrics:  # earlier versions' NMI was the best of 5 restarts
+        if "nmi_best_of_5" not in metrics and "clustering" not in metrics:
+            # earlier versions' NMI was the best of 5 restarts
             metrics["nmi_best_of_5"], metrics["nmi"] = metrics["nmi"], float("nan")
         protocol = metrics.setdefault("protocol", DEFAULT_PROTOCOL)
         # A linear method's runs follow a split of the data (`data_protocol`): their baseline

@@ -47,6 +47,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "freeze_backbone": cfg.freeze_backbone,
         "train_per_class": cfg.train_per_class,
         "val_split": cfg.val_split,
+        "clustering": cfg.clustering,
         "preset": cfg.preset,
         "epochs": cfg.epochs,
         "batch_size": cfg.batch_size,
@@ -75,6 +76,7 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
         data_location=cfg.data_location,
         data_fingerprint=cfg.data_fingerprint,
         workers=cfg.workers,
+        clustering=cfg.clustering,
         **settings,
     )
 
@@ -130,7 +132,9 @@ def write_baseline(
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
-    metrics, scores = retrieval_scores(protocol, embeddings, labels, queries, seed=base.seed)
+    metrics, scores = retrieval_scores(
+        protocol, embeddings, labels, queries, base.seed, base.clustering
+    )
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
     metrics.update(run_summary(base, features=label, input_size=inputs))

@@ -14,7 +14,7 @@ import torch
 
 from bench.evaluation.classification import classification_scores
 from bench.evaluation.clustering import nmi, nmi_best_of
-from bench.evaluation.metrics import BEST_OF, Scores, evaluate, evaluate_gallery
+from bench.evaluation.metrics import BEST_OF, CLUSTERING, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
 from bench.util.atomic import atomic_write_text
@@ -44,22 +44,25 @@ def retrieval_scores(
     labels: np.ndarray,
     queries: np.ndarray | None,
     seed: int,
+    clustering: str = "full",
 ) -> tuple[dict, Scores]:
     """(R@K, NMI and MAP@R, each query's scores) of a test split as the protocol searches it:
     every item among the others (`evaluate`), or, with a gallery, each query (`queries` flags
-    them) among the gallery items only (`gallery_metrics`), the scores those of the queries."""
+    them) among the gallery items only (`gallery_metrics`), the scores those of the queries.
+    `clustering`: which NMI (`CLUSTERING`, a run's setting)."""
     if not protocol.gallery:
-        return evaluate(emb, labels, seed=seed, with_scores=True)
+        return evaluate(emb, labels, seed=seed, with_scores=True, **CLUSTERING[clustering])
     if queries is None or len(queries) != len(labels):
         raise ValueError(
             "a protocol with a gallery needs the test split's query flags, one per item; this "
             "test split has none (a data set without query and gallery images)"
         )
-    return gallery_metrics(emb, np.asarray(labels), np.asarray(queries, dtype=bool), seed)
+    flags = np.asarray(queries, dtype=bool)
+    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering)
 
 
 def gallery_metrics(
-    emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int
+    emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int, clustering: str = "full"
 ) -> tuple[dict, Scores]:
     """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`), with their
     scores; NMI, of one k-means run and the best of 5 as `evaluate` gives them, over the gallery
@@ -70,8 +73,10 @@ def gallery_metrics(
         emb[queries], labels[queries], gallery, gallery_labels, with_scores=True
     )
     metrics = {key: value for key, value in found.items() if key != "map@r"}
-    metrics["nmi"] = nmi(gallery, gallery_labels)
-    metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
+    if CLUSTERING[clustering]["clustering"]:
+        metrics["nmi"] = nmi(gallery, gallery_labels)
+    if CLUSTERING[clustering]["best_of"]:
+        metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
     metrics["map@r"] = found["map@r"]
     return metrics, scores
 

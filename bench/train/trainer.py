@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from bench.data.datasets import query_flags
 from bench.evaluation.health import embedding_health
-from bench.evaluation.metrics import Scores, evaluate
+from bench.evaluation.metrics import CLUSTERING, Scores, evaluate
 from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
@@ -182,7 +182,9 @@ class Trainer:
         tables into the run folder); the test embeddings and labels, and each query's scores."""
         emb, labels = self.embed_split(self.data.test)
         queries = query_flags(self.data.test)
-        metrics, scores = retrieval_scores(self.protocol, emb, labels, queries, self.cfg.seed)
+        metrics, scores = retrieval_scores(
+            self.protocol, emb, labels, queries, self.cfg.seed, self.cfg.clustering
+        )
         for evaluation in self.evaluations:
             metrics.update(evaluation.test(self, emb, labels, write_tables))
         return metrics, emb, labels, scores
@@ -343,7 +345,8 @@ class Trainer:
         )
         # The same metrics on the training split: how far test falls from train (Liu et al. 2019,
         # Table 1).
-        train_metrics = evaluate(train, train_labels, seed=self.cfg.seed)
+        clustering = CLUSTERING[self.cfg.clustering]
+        train_metrics = evaluate(train, train_labels, seed=self.cfg.seed, **clustering)
         metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(
             run_summary(
