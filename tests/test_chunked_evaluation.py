@@ -290,3 +290,15 @@ def test_chunks_search_no_more_queries_or_neighbours_than_they_need(monkeypatch)
     assert all(ks == {5999} for _, ks in ranked)
     assert peak < 150e6 < 20000 * 6000 * 8
     assert len(scores["map@r"]) == 20000 and np.isfinite(scores["map@r"]).all()
+
+
+def test_a_large_search_shows_its_progress_and_the_same_scores(monkeypatch, capsys):
+    rng = np.random.default_rng(0)
+    emb, labels = rng.normal(size=(300, 8)).astype(np.float32), rng.integers(0, 30, 300)
+    quiet = retrieval.query_scores(emb, labels, chunk=64)
+    assert "searching" not in capsys.readouterr().err  # 300 queries: too few for a bar
+    monkeypatch.setattr(retrieval, "PROGRESS_FROM", 100)
+    shown = retrieval.query_scores(emb, labels, chunk=64)
+    assert "searching:   0%|          | 0/300" in capsys.readouterr().err  # from the start
+    for key, values in quiet.items():
+        np.testing.assert_array_equal(shown[key], values)

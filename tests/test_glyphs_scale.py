@@ -11,6 +11,8 @@ import torch
 from bench.data import glyphs as G
 from bench.data.datasets import PixelImages, load_dataset, tensor_splits
 from bench.data.glyphs import GlyphSpec, generate, load_glyphs
+from bench.models import embed as embed_module
+from bench.models.small import SmallCNN
 
 # 10,000 images of 8x8: 2.56 MB as float32, 0.64 MB as uint8.
 MODERATE = "glyphs:classes=400,instances=25,size=8"
@@ -86,3 +88,14 @@ def test_a_large_set_shows_progress_from_the_start(monkeypatch, capsys):
     bar = capsys.readouterr().err
     assert "generating glyphs:classes=40,instances=5,size=8:" in bar and "200/200" in bar
     assert "0/200" in bar  # drawn before the first chunk is rendered
+
+
+def test_embedding_a_large_split_shows_its_progress(monkeypatch, capsys):
+    split = load_dataset("glyphs:classes=20,instances=5,size=8").test
+    model = SmallCNN(width=4)
+    quiet, labels = embed_module.embed(model, split, torch.device("cpu"))
+    assert "embedding" not in capsys.readouterr().err  # one batch: too few for a bar
+    monkeypatch.setattr(embed_module, "PROGRESS_FROM", 1)
+    shown, _ = embed_module.embed(model, split, torch.device("cpu"))
+    assert "embedding:   0%" in capsys.readouterr().err
+    assert torch.equal(shown, quiet) and len(labels) == len(split)

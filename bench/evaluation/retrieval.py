@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from tqdm import tqdm
 
 from bench.util.knn import (
     GPU_MAX_K,
@@ -25,6 +26,7 @@ from bench.util.knn import (
 RECALL_KS = (1, 2, 4, 8)
 MPREC_MAX_K = 50  # Sharma et al. 2015 reports mprec@K for K = 1..50
 MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
+PROGRESS_FROM = 50_000  # queries: a progress bar while searching this many
 # Queries per chunk: faiss's own query block, so that chunks get the distances one search of
 # every query gets (bench.util.knn.FlatSearch) ...
 CHUNK_ROWS = QUERY_BLOCK
@@ -131,6 +133,7 @@ def _chunked_scores(
     small_r = np.where(large, 0, r)
     width = int(small_r.max(initial=0))
     parts: list[tuple[dict[int, np.ndarray], np.ndarray]] = []
+    bar = searching_bar(len(queries))
     for start, stop in query_chunks(len(queries), rows):
         k = int(need[start:stop].max())
         idx = search(queries[start:stop], k + extra)[1]
@@ -140,6 +143,8 @@ def _chunked_scores(
         del idx  # the chunk's largest arrays go before the next chunk's search
         parts.append((hits_at(same), ap_at_r(same, small_r[start:stop], width)))
         del same
+        bar.update(stop - start)
+    bar.close()
     scores = {f"recall@{k}": np.concatenate([h[k] for h, _ in parts]) for k in RECALL_KS}
     scores["map@r"] = np.concatenate([ap for _, ap in parts])
     if large.any():
@@ -147,6 +152,18 @@ def _chunked_scores(
         ap = _large_ap(queries, query_codes, base, base_codes, r, which, exclude_self, chunk)
         scores["map@r"][which] = ap
     return scores
+
+
+def searching_bar(queries: int) -> tqdm:
+    """A progress bar on stderr while `queries` queries are searched, if they are many."""
+    return tqdm(
+        total=queries,
+        desc="searching",
+        unit="queries",
+        leave=False,
+        mininterval=1.0,
+        disable=queries < PROGRESS_FROM,
+    )
 
 
 def large_chunk_rows(items: int, largest_r: int) -> int:

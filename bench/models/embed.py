@@ -6,8 +6,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
+from tqdm import tqdm
 
 from bench.util.batches import split_loader, to_inputs
+
+PROGRESS_FROM = 50  # batches of 256: a progress bar while embedding a split this large
 
 
 @torch.no_grad()
@@ -23,7 +26,8 @@ def embed(
     model.eval()
     forward = model.features if features else model
     loader = split_loader(dataset, device, workers, batch_size=256, shuffle=False)
-    out = [forward(to_inputs(dataset, x, device)).float().cpu() for x, _, _ in loader]
+    batches = tqdm(loader, desc="embedding", leave=False, disable=len(loader) < PROGRESS_FROM)
+    out = [forward(to_inputs(dataset, x, device)).float().cpu() for x, _, _ in batches]
     emb = torch.cat(out)
     if normalize:
         emb = F.normalize(emb, dim=1)
