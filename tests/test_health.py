@@ -4,6 +4,7 @@ against hand-computed cases, scikit-learn's PCA and plain loops; and its report 
 import io
 import itertools
 import math
+import tracemalloc
 from collections import Counter
 
 import numpy as np
@@ -231,3 +232,23 @@ def test_no_health_files_for_runs_without_health(tmp_path):
     make_run(tmp_path / "results", "old", loss="nngk")
     runs, _ = load_runs(tmp_path / "results")
     assert health_files(runs, "digits") == {}
+
+
+def test_a_large_float32_embedding_is_never_copied_to_float64_whole():
+    # 60,000 x 256 float32 (61 MB): the covariance, the mean square and the class means are
+    # summed a chunk of rows at a time; before, three float64 copies (123 MB each) were held.
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((60_000, 256), dtype=np.float32)
+    labels = rng.integers(0, 1_000, len(x))
+    tracemalloc.start()
+    try:
+        health = embedding_health(x, labels)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < x.size * 8  # under one float64 copy
+    assert health["health_pca_dims"] == 256 and health["health_pca_components_99"] > 200
+    centroids = np.stack([x[labels == c].mean(axis=0, dtype=np.float64) for c in range(1_000)])
+    gaps = np.linalg.norm(centroids[:, None] - centroids[None], axis=2)
+    np.fill_diagonal(gaps, np.inf)
+    assert health["health_inter_class_centroid_distance_min"] == pytest.approx(gaps.min())
