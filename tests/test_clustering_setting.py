@@ -8,7 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
+from bench.cli.run import run
 from bench.evaluation.clustering import nmi, nmi_best_of
+from bench.evaluation.metrics import CLUSTERING
 from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.train.evaluations import retrieval_scores
@@ -49,6 +51,11 @@ def test_each_kind_computes_its_nmi_and_the_same_retrieval(embedded, protocol):
             np.testing.assert_array_equal(found[kind][1][key], values)
 
 
+def test_the_option_offers_the_kinds_the_evaluator_knows():
+    (option,) = [p for p in run.params if p.name == "clustering"]
+    assert option.type.choices == tuple(CLUSTERING) and option.default == "full"
+
+
 def test_the_default_keeps_every_earlier_run_id():
     default = RunConfig(dataset="digits", dims=16)
     assert default.clustering == "full"
@@ -63,10 +70,10 @@ def test_a_run_without_clustering_is_reported_with_no_nmi(tmp_path):
     assert "map@r=" in out.output and "nmi=" not in out.output
     runs = sorted(p for p in results.iterdir() if (p / "metrics.json").is_file())
     assert len(runs) == 3  # the run and both baselines, each tested without k-means
-    for run in runs:
-        metrics = json.loads((run / "metrics.json").read_text())
+    for folder in runs:
+        metrics = json.loads((folder / "metrics.json").read_text())
         assert metrics["clustering"] == "none" and "map@r" in metrics
-        assert not [k for k in metrics if "nmi" in k], run.name
+        assert not [k for k in metrics if "nmi" in k], folder.name
     report = cli("report", "--results", results, "--out", tmp_path / "report")
     assert report.exit_code == 0, report.output
     assert "left out" not in report.output

@@ -85,6 +85,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
     "val_split": dict(type=ValSplitChoice()),
     "train_per_class": dict(type=POSITIVE),
+    # bench.evaluation.metrics.CLUSTERING's keys (that module imports faiss)
     "clustering": dict(type=click.Choice(("full", "pml", "none")), show_default=True),
     "resize": dict(type=POSITIVE),
     "crop": dict(type=POSITIVE),
