@@ -296,7 +296,7 @@ def test_a_large_search_shows_its_progress_and_the_same_scores(monkeypatch, caps
     rng = np.random.default_rng(0)
     emb, labels = rng.normal(size=(300, 8)).astype(np.float32), rng.integers(0, 30, 300)
     quiet = retrieval.query_scores(emb, labels, chunk=64)
-    assert "searching" not in capsys.readouterr().err  # 300 queries: too few for a bar
+    assert "searching:" not in capsys.readouterr().err  # 300 queries: too few for a bar
     monkeypatch.setattr(retrieval, "PROGRESS_FROM", 100)
     shown = retrieval.query_scores(emb, labels, chunk=64)
     assert "searching:   0%|          | 0/300" in capsys.readouterr().err  # from the start
