@@ -82,25 +82,27 @@ def unfinished_run(results) -> bool:
     return any(not (r / "metrics.json").is_file() for r in started)
 
 
-def mid_second_trial(results, storage) -> bool:
-    """The first trial (the loss's default) done, and a run of the second past an epoch. The
-    files first (cheap, polled often), then the study, then the files again: once the first
-    trial is seen done, an unfinished run can only be the second trial's."""
-    if not unfinished_run(results):
-        return False
-    if not complete(studies(results, "contrastive", 2, 2, storage, folds=2)):
-        return False
-    return unfinished_run(results)
+def wait_mid_second_trial(proc, results, storage, seconds=120) -> None:
+    """Until the first trial (the loss's default) is done and a run of the second is past an
+    epoch. The study is read (slow, on PostgreSQL above all) only until the first trial is seen
+    done; from then on an unfinished run can only be the second trial's, and the files alone
+    are polled, often enough not to miss an epoch of a few tenths of a second."""
+    deadline = time.time() + seconds
+
+    def first_trial_done() -> bool:
+        return bool(complete(studies(results, "contrastive", 2, 2, storage, folds=2)))
+
+    for done, pause in ((first_trial_done, 0.05), (lambda: unfinished_run(results), 0.005)):
+        while not done():
+            assert proc.poll() is None, "tune ended before it was seen in its second trial"
+            assert time.time() < deadline
+            time.sleep(pause)
 
 
 def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, storage):
     # Pruned (the default pruner), two folds a trial, the loss's default the first trial.
     proc = start_tune(tmp_path, 2, 2, "--storage", storage, "--folds", "2")
-    deadline = time.time() + 120
-    while not mid_second_trial(tmp_path, storage):
-        assert proc.poll() is None, "tune ended before it was seen in its second trial"
-        assert time.time() < deadline
-        time.sleep(0.05)
+    wait_mid_second_trial(proc, tmp_path, storage)
     os.kill(proc.pid, signal.SIGKILL)  # mid-trial: the second trial's run has a checkpoint
     proc.wait()
     study = studies(tmp_path, "contrastive", 2, 2, storage, folds=2)
@@ -108,7 +110,9 @@ def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, sto
     assert default.number == 0 and default.user_attrs[DEFAULT]
     assert default.user_attrs[EPOCHS_TRAINED] == 4  # 2 folds x 2 epochs, never pruned
     (killed,) = study.get_trials(states=(TrialState.RUNNING,))
-    time.sleep(1.5)  # past the grace period below: the killed trial is failed and retried
+    # Past the grace period below, the killed trial is failed and retried: more than 1 s after
+    # its last heartbeat, which SQLite keeps to the whole second, hence 2 s and more.
+    time.sleep(2.5)
     # The same command again, in this process: another worker that reads only what the killed
     # one left in the study's database (a second interpreter would only import torch again).
     again = contrastive_tune(tmp_path, 2, 2, "--storage", storage, "--grace", "1", "--folds", "2")
