@@ -70,6 +70,8 @@ def test_the_list_shows_each_commands_own_short_help():
         assert command.name == name
         assert short_help(target) == command.get_short_help_str()
         assert f"{name}  " in listing and short_help(target) in listing
+        # A citation's "et al." ends the short form as a sentence would: none may begin so.
+        assert not short_help(target).endswith("al."), (name, short_help(target))
 
 
 def test_an_unknown_command_is_one_line():

@@ -52,8 +52,8 @@ SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
 @RESULTS
 @FORCE
 def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, results, force):
-    """Sharma et al. 2015's NML and linear baselines on feature vectors: one run per method, size
-    and seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
+    """The NML and linear baselines on feature vectors (Sharma et al. 2015): one run per method,
+    size and seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
     from bench.classic.methods import linear_runs, run_linear_method
     from bench.data.features import load_features
     from bench.train.presets import make_configs
