@@ -1,4 +1,5 @@
 import json
+import re
 import shutil
 
 import pandas as pd
@@ -171,10 +172,25 @@ def test_a_results_folder_with_no_runs_is_an_error_that_removes_nothing(results,
     for folder, reason in cases.items():
         bad = CliRunner().invoke(main, ["report", "--results", str(folder), "--out", str(out)])
         assert bad.exit_code == 1, bad.output
-        (line,) = bad.output.strip().splitlines()
+        *progress, line = bad.output.strip().splitlines()  # what it read, then why not
+        assert all(p.startswith("report: reading the runs in ") for p in progress), bad.output
+        assert len(progress) == (folder.name != "typo"), bad.output
         assert line.startswith("Error: ") and reason in line, line
         assert line.endswith("nothing was written or removed")
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_report_shows_its_progress_from_its_first_line(results, tmp_path):
+    out = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    lines = out.output.replace("\r", "\n").splitlines()
+    # Before the plotting libraries load, then once the runs are read.
+    assert lines[0] == f"report: reading the runs in {results}"
+    assert f"report: 5 runs read; building the tables and figures for {tmp_path}" in lines
+    # A bar over the parts (the digits table's 12, classification, tuned-vs-default), each
+    # named while it is built.
+    assert any(re.match(r"report:\s+0%.*\| 0/14 \[.*digits: embedding_files\]", li) for li in lines)
+    assert any("tuned-vs-default: tuned_default_files]" in li for li in lines), lines
 
 
 def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):

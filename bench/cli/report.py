@@ -28,6 +28,10 @@ from bench.cli.options import DEFAULT_RESULTS
 def report(results, out, reference):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
     from bench.cli.options import os_error_line
+    from bench.util.progress import log
+
+    if Path(results).is_dir():  # a typo gets its one-line error alone
+        log.info(f"report: reading the runs in {results}")  # before the plotting libraries load
     from bench.report.write import write_report
 
     try:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
+from tqdm import tqdm
 
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
@@ -36,6 +37,7 @@ from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
 from bench.report.tuned_default import TUNED_DEFAULT, tuned_default_files
 from bench.report.tuning import TUNING, tuning_files
+from bench.util.progress import log
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     embedding_files,
@@ -54,17 +56,24 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
 
 
 def _build(
-    name: str, runs: pd.DataFrame, builders: Sequence[Callable], problems: list[str]
+    name: str, runs: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
 ) -> Files:
     files: Files = {}
     for builder in builders:
+        bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
         try:
             files.update(builder(runs, name))
         except DamagedRun:
             raise  # the table is built again without that run
         except Exception as err:  # a file that no run can mend never stops the report
             problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
+        bar.update()
     return files
+
+
+def building_bar() -> tqdm:
+    """A bar on stderr over the tables' files being built, naming the part being built."""
+    return tqdm(total=0, desc="report", unit="parts", leave=False, mininterval=1.0, delay=0.1)
 
 
 def with_reference(builder: Callable, reference: str | None) -> Callable:
@@ -82,24 +91,40 @@ def build_groups(
 ) -> dict[str, Files]:
     """The files of each table, and across classify tables; a run with a damaged file is left
     out of every table it is in, named among the problems, and the rest is built without it."""
-    while True:
-        found: list[str] = []
-        try:
-            tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
-            parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
-            groups = {t: _build(t, p, builders, found) for t, p in parts.items()}
-            groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], found)
-            groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], found)
-        except DamagedRun as err:
-            left_out = df["path"] == err.run_dir
-            if not left_out.any():  # never loop: a file outside the runs is a plain fault
-                raise RuntimeError(f"{err}, not a run of {df['path'].iloc[0]}'s folder") from None
-            tables = ", ".join(sorted(df.loc[left_out, "table"].unique()))
-            problems.append(f"{err}; the run is left out of {tables}")
-            df = df[~left_out]
-            continue
-        problems += found
-        return groups
+    with building_bar() as bar:
+        while True:
+            found: list[str] = []
+            try:
+                groups = build_all(df, builders, found, bar)
+            except DamagedRun as err:
+                df = without_damaged(df, err, problems)
+                continue
+            problems += found
+            return groups
+
+
+def build_all(
+    df: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
+) -> dict[str, Files]:
+    """One attempt of `build_groups`: a DamagedRun ends it."""
+    tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
+    parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
+    bar.reset(total=len(parts) * len(builders) + 2)
+    bar.refresh()
+    groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
+    groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
+    groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], problems, bar)
+    return groups
+
+
+def without_damaged(df: pd.DataFrame, err: DamagedRun, problems: list[str]) -> pd.DataFrame:
+    """The runs less the damaged one, named among the problems."""
+    left_out = df["path"] == err.run_dir
+    if not left_out.any():  # never loop: a file outside the runs is a plain fault
+        raise RuntimeError(f"{err}, not a run of {df['path'].iloc[0]}'s folder") from None
+    tables = ", ".join(sorted(df.loc[left_out, "table"].unique()))
+    problems.append(f"{err}; the run is left out of {tables}")
+    return df[~left_out]
 
 
 def write_report(
@@ -114,6 +139,7 @@ def write_report(
     if not len(df):
         raise ValueError(no_runs_line(Path(results), problems))
     out = Path(out)
+    log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
     groups = build_groups(df, builders, problems)
     tuned = tuning_files(results)
