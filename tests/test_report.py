@@ -1,3 +1,4 @@
+import io
 import json
 import re
 import shutil
@@ -9,7 +10,7 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.report.embedding import summarise
 from bench.report.runs import load_runs
-from bench.report.write import write_report
+from bench.report.write import building_bar, write_report
 from bench.util.atomic import atomic_write_json
 
 KEYS = ("recall@1", "recall@2", "recall@4", "recall@8", "nmi", "map@r")
@@ -191,6 +192,19 @@ def test_the_report_shows_its_progress_from_its_first_line(results, tmp_path):
     # named while it is built.
     assert any(re.match(r"report:\s+0%.*\| 0/14 \[.*digits: embedding_files\]", li) for li in lines)
     assert any("tuned-vs-default: tuned_default_files]" in li for li in lines), lines
+
+
+def test_a_report_bar_closed_at_once_leaves_what_follows_on_a_line_of_its_own():
+    # A fast report (CI's) closes its bar within tqdm's `delay`: that bar, once drawn, was
+    # never cleared, and the first "skipped" line joined it.
+    stream = io.StringIO()
+    bar = building_bar(3, file=stream)
+    bar.set_postfix_str("digits: embedding_files")
+    bar.update()
+    bar.close()
+    stream.write("skipped l1: metrics.json ...\n")
+    assert "skipped l1: metrics.json ..." in stream.getvalue().splitlines()
+    assert "0/3" in stream.getvalue() and "digits: embedding_files" in stream.getvalue()
 
 
 def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):

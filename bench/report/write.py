@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TextIO
 
 import pandas as pd
 from tqdm import tqdm
@@ -71,9 +72,17 @@ def _build(
     return files
 
 
-def building_bar() -> tqdm:
-    """A bar on stderr over the tables' files being built, naming the part being built."""
-    return tqdm(total=0, desc="report", unit="parts", leave=False, mininterval=1.0, delay=0.1)
+def building_bar(parts: int, file: TextIO | None = None) -> tqdm:
+    """A bar on stderr over the `parts` being built, naming the one under way. Drawn at once:
+    a bar that waits (tqdm's `delay`) and closes before it is due also leaves the line it drew
+    unfinished, and what is printed next joins it."""
+    return tqdm(total=parts, desc="report", unit="parts", leave=False, mininterval=1.0, file=file)
+
+
+def part_count(df: pd.DataFrame, builders: Sequence[Callable]) -> int:
+    """What `build_all` builds: each builder per table, classification, tuned-vs-default."""
+    tables = df.loc[df["loss"] != BASELINE_LOSS, "table"].nunique()
+    return tables * len(builders) + 2
 
 
 def with_reference(builder: Callable, reference: str | None) -> Callable:
@@ -91,7 +100,7 @@ def build_groups(
 ) -> dict[str, Files]:
     """The files of each table, and across classify tables; a run with a damaged file is left
     out of every table it is in, named among the problems, and the rest is built without it."""
-    with building_bar() as bar:
+    with building_bar(part_count(df, builders)) as bar:
         while True:
             found: list[str] = []
             try:
@@ -109,8 +118,7 @@ def build_all(
     """One attempt of `build_groups`: a DamagedRun ends it."""
     tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
     parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
-    bar.reset(total=len(parts) * len(builders) + 2)
-    bar.refresh()
+    bar.reset(total=part_count(df, builders))  # again from 0 after a damaged run left out
     groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
     groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
     groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], problems, bar)
