@@ -79,10 +79,14 @@ def building_bar(parts: int, file: TextIO | None = None) -> tqdm:
     return tqdm(total=parts, desc="report", unit="parts", leave=False, mininterval=1.0, file=file)
 
 
+def table_names(df: pd.DataFrame) -> list[str]:
+    """The tables of the runs: a baseline alone makes no table."""
+    return sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
+
+
 def part_count(df: pd.DataFrame, builders: Sequence[Callable]) -> int:
     """What `build_all` builds: each builder per table, classification, tuned-vs-default."""
-    tables = df.loc[df["loss"] != BASELINE_LOSS, "table"].nunique()
-    return tables * len(builders) + 2
+    return len(table_names(df)) * len(builders) + 2
 
 
 def with_reference(builder: Callable, reference: str | None) -> Callable:
@@ -116,8 +120,7 @@ def build_all(
     df: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
 ) -> dict[str, Files]:
     """One attempt of `build_groups`: a DamagedRun ends it."""
-    tables = sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
-    parts = {t: df[df["table"] == t] for t in tables}  # a baseline alone makes no table
+    parts = {t: df[df["table"] == t] for t in table_names(df)}
     bar.reset(total=part_count(df, builders))  # again from 0 after a damaged run left out
     groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
     groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
