@@ -319,3 +319,9 @@ def test_mean_sd_lines_draws_each_hues_mean_and_one_sd_as_a_plain_loop_computes_
             if not np.isnan(sd):
                 assert np.isclose(edge, mean + sd).any() and np.isclose(edge, mean - sd).any()
     plt.close(fig)
+
+
+def test_more_than_ten_lines_get_distinct_colours():
+    # seaborn's default palette repeats after ten: an eleventh loss would share a colour.
+    assert len(set(figures.line_colours(10))) == 10
+    assert len(set(figures.line_colours(14))) == 14

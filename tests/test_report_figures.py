@@ -3,6 +3,7 @@ digits runs (pair verification) and from run folders written here."""
 
 import shutil
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,8 +12,10 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
+from bench.report import embedding, figures
 from bench.report import run_figures as report
 from bench.report.runs import load_runs
+from bench.report.setup import setup_line
 from bench.report.write import write_report
 from bench.runs import store
 from bench.util.atomic import atomic_write_json, atomic_write_text
@@ -259,3 +262,54 @@ def test_tuned_studies_that_chose_k_among_others_draw_no_effect_of_k(tmp_path):
         "nngk, w pretrained on glyphs 1-2, lr=0.01, k=57, sigma=1, 2 class folds, d16": 58.5,
     }
     assert report.centres_figure(df, "digits")["digits-centres.png"].startswith(PNG)
+
+
+def tuned_rows(results):
+    """Two losses, each tuned once per start (its own lr and parameter per start), two class
+    folds a start, two seeds: the rows of a two-regime tuned table."""
+    starts = {"random init": "none", "small_cnn pretrained on glyphs 1000-1999": "w.pt"}
+    for (weights, path), lr in zip(starts.items(), (0.01, 0.001), strict=True):
+        for loss, params in (("nngk", {"sigma": 0.5 / lr}), ("triplet", {"margin": lr * 20})):
+            for fold in (0, 1):
+                for seed in (0, 1):
+                    make_run(
+                        results,
+                        f"{loss}-{path}-{fold}-{seed}",
+                        loss=loss,
+                        seed=seed,
+                        weights=weights,
+                        pretrained=path,
+                        lr=lr + (loss == "nngk") * lr,
+                        val_split=f"classes:{fold}/2",
+                        loss_params=params,
+                        **{"recall@1": 0.5 + seed / 10 + fold / 20},
+                    )
+    return load_runs(results)[0]
+
+
+def test_a_tuned_table_draws_a_panel_per_start_and_fold_not_per_row(tmp_path, monkeypatch):
+    df = tuned_rows(tmp_path / "r")
+    assert df["name"].nunique() == 8  # loss x start x fold: each row labelled by its settings
+    drawn = []
+    monkeypatch.setattr(figures, "png_bytes", lambda fig: drawn.append(fig) or PNG)
+    embedding.dims_figure(df)
+    embedding.recall_figure(df)
+    dims, recall = ([ax for ax in fig.axes if ax.get_visible()] for fig in drawn)
+    # R@1 and NMI: a row of panels per start and fold (4), each with a line per loss.
+    assert len(dims) == 8
+    titles = [" ".join(ax.get_title().splitlines()[1:]) for ax in dims[::2]]
+    assert titles == sorted(set(titles)) and all("held-out classes:" in t for t in titles)
+    assert all(len(ax.get_lines()) == 2 for ax in dims)
+    # Recall@K: a panel per loss, a line per start and fold in it.
+    assert [ax.get_title() for ax in recall] == ["nngk", "triplet"]
+    (legend,) = drawn[1].legends  # one for the figure, the same lines in every panel
+    assert len(legend.get_texts()) == 4 and not any(ax.get_legend() for ax in recall)
+    for ax in recall:
+        assert len(ax.get_lines()) == 4
+        assert ax.get_lines()[0].get_ydata()[0] == pytest.approx(0.55)  # mean over the seeds
+    # The setup names no rows where each row's label states the value.
+    line = setup_line(df)
+    assert "weights random init / small_cnn pretrained on glyphs 1000-1999 (as each row's" in line
+    assert "lr 0.001 / 0.002 / 0.01 / 0.02 (as each row's label says)" in line
+    for fig in drawn:
+        plt.close(fig)

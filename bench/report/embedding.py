@@ -9,7 +9,13 @@ import pandas as pd
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.report import figures
 from bench.report.reference import reference_rows
-from bench.report.runs import BASELINE_LOSS, column_or_nan, setting_labels, trained_runs
+from bench.report.runs import (
+    BASELINE_LOSS,
+    column_or_nan,
+    setting_labels,
+    tied_settings,
+    trained_runs,
+)
 from bench.report.setup import setup_columns, setup_line
 from bench.report.significance import MIN_SEEDS, REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
@@ -231,8 +237,9 @@ def dims_figure(part: pd.DataFrame) -> bytes:
     metrics = ["recall@1", "nmi"]
     lines = baseline.groupby("method", sort=True)[metrics].mean() if len(trained) else []
     lines = {label: dict(values) for label, values in lines.iterrows()} if len(lines) else {}
-    # Settings that vary (backbone, validation split, ...) get a row of panels each.
-    variant = setting_labels(data)
+    # Settings that vary (backbone, validation split, ...) get a row of panels each; a
+    # loss's tuned settings stay in the table.
+    variant = setting_labels(data, exclude=tied_settings(data))
     if variant.nunique() > 1:
         data = data.assign(variant=variant)
         return figures.metrics_vs_dims(data, ["recall@1", "nmi"], lines, panel="variant")
@@ -260,7 +267,16 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
         files[f"{table}-paper.csv"] = papers.to_csv(index=False).encode()
     trained = trained_runs(part)
     if len(trained):
-        files[f"{table}-recall-at-k.png"] = figures.recall_at_k_curves(
-            trained.assign(method=trained["name"])
-        )
+        files[f"{table}-recall-at-k.png"] = recall_figure(trained)
     return files
+
+
+def recall_figure(trained: pd.DataFrame) -> bytes:
+    """Recall@K, a panel per method and a line per size; where settings vary (a start, a
+    fold, a swept learning rate), a line per size and setting in the method's panel."""
+    settings = setting_labels(trained, exclude=tied_settings(trained))
+    if settings.nunique() <= 1:
+        return figures.recall_at_k_curves(trained.assign(method=trained["name"]))
+    line = trained["dims"].astype(int).astype(str) + "-d, " + settings
+    key = "size, setting"
+    return figures.recall_at_k_curves(trained.assign(**{key: line}), line=key)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -100,6 +101,14 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError("the table has no rows")
 
 
+def line_colours(n: int) -> list:
+    """n distinct colours: seaborn's ten, or evenly spaced hues beyond ten (its ten repeat)."""
+    return sns.color_palette("husl" if n > 10 else None, n_colors=max(n, 1))
+
+
+TITLE_WIDTH = 40  # characters of a panel's title line that fit over it
+
+
 LONG_LABEL = 40  # characters of a legend label that sends the legend under its axes
 
 
@@ -126,7 +135,7 @@ def mean_sd_lines(
         order = list(order) if order is not None else sorted(df[hue].unique())
         found = set(table.index.get_level_values(0))
         groups = [(v, table.xs(v, level=0) if v in found else table.iloc[:0]) for v in order]
-    colours = sns.color_palette(n_colors=max(len(groups), 1))
+    colours = line_colours(len(groups))
     for i, (value, stats) in enumerate(groups):
         if not len(stats):
             continue
@@ -148,34 +157,41 @@ def mean_sd_lines(
 # ---------------------------------------------------------------- result curves
 
 
-def recall_at_k_curves(df: pd.DataFrame) -> bytes:
+def recall_at_k_curves(df: pd.DataFrame, line: str = "dims") -> bytes:
     """Recall@K against K, a panel per method and a line per embedding size (Meyer et al. 2018 Fig.
-    2c/d).
+    2c/d), or per value of another column (`line`, e.g. a size with its start).
 
-    Columns: method, dims and recall@K for any K; rows are runs, lines are mean and sd over
-    the runs (seeds) of a method and size.
+    Columns: method, dims (or `line`) and recall@K for any K; rows are runs, lines are mean
+    and sd over the runs (seeds) of a method and line.
     """
     recalls = sorted(
         (c for c in df.columns if re.fullmatch(r"recall@\d+", c)), key=lambda c: int(c[7:])
     )
     if not recalls:
         raise ValueError("the table lacks recall@K columns")
-    _require(df, ["method", "dims"])
-    long = df.melt(id_vars=["method", "dims"], value_vars=recalls, var_name="K", value_name="R")
+    _require(df, ["method", line])
+    long = df.melt(id_vars=["method", line], value_vars=recalls, var_name="K", value_name="R")
     long["K"] = long["K"].str[7:].astype(int)
-    sizes = sorted(long["dims"].astype(int).unique())
-    long["dims"] = long["dims"].astype(int).astype(str)
-    palette = dict(zip(map(str, sizes), sns.color_palette("viridis", len(sizes)), strict=True))
+    if line == "dims":
+        values = [str(s) for s in sorted(long["dims"].astype(int).unique())]
+        long["dims"] = long["dims"].astype(int).astype(str)
+        palette = dict(zip(values, sns.color_palette("viridis", len(values)), strict=True))
+    else:
+        values = sorted(long[line].astype(str).unique())
+        long[line] = long[line].astype(str)
+        palette = dict(zip(values, line_colours(len(values)), strict=True))
     methods = sorted(long["method"].unique())
     with figure_style():
         fig, axes = subplots(len(methods), sharey=True)
         parts = dict(iter(long.groupby("method", sort=True)))
         for ax, method in zip(axes, methods, strict=True):
             part = parts[method]
-            order = [str(s) for s in sizes if str(s) in set(part["dims"])]
-            mean_sd_lines(ax, part, "K", "R", "dims", order, palette)
+            order = [v for v in values if v in set(part[line])]
+            mean_sd_lines(ax, part, "K", "R", line, order, palette, legend=line == "dims")
             _log2_axis(ax, long["K"].unique())
             ax.set(title=method, ylabel="Recall@K")
+        if line != "dims":  # long labels, the same in every panel: one legend under them
+            figure_legend(fig, axes, "outside lower center", title=line)
         return png_bytes(fig)
 
 
@@ -225,7 +241,9 @@ def metrics_vs_dims(
                         ax.axhline(values[metric], color="gray", linestyle=style, label=label)
                 _log2_axis(ax, df["dims"].unique())
                 title = f"{_label(metric)} against embedding size"
-                ax.set(ylabel=_label(metric), title=f"{title}\n{value}" if value else title)
+                if value:
+                    title = "\n".join([title, *textwrap.wrap(str(value), TITLE_WIDTH)])
+                ax.set(ylabel=_label(metric), title=title)
         figure_legend(fig, axes, "outside right upper")
         return png_bytes(fig)
 

@@ -251,6 +251,27 @@ def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
     return labels
 
 
+def tied_settings(df: pd.DataFrame) -> list[str]:
+    """A loss's own settings (learning rate, loss parameters) that take one value in each
+    method's runs of one regime (backbone, weights, validation split, ...): a tuned setting
+    chosen per loss and start, rather than a sweep over it. The figures keep them out of the
+    panels, so a table of tuned rows gets a panel per regime, not one per row."""
+    own = [c for c in df.columns if c == "lr" or c.startswith("param_")]
+    trained = df[df["loss"] != BASELINE_LOSS]
+    if not own or not len(trained):
+        return own
+    regime = setting_labels(trained, exclude=own)
+    groups = trained.assign(_regime=regime).groupby(["method", "_regime"])
+    return [c for c in own if (groups[c].nunique() <= 1).all()]
+
+
+def labelled_settings(df: pd.DataFrame) -> set[str]:
+    """The settings that `setting_labels` writes into some run's label ('weights' with
+    'pretrained', whose label it is)."""
+    found = {column for column, _ in _varying(df, ())}
+    return found | {"weights"} if "pretrained" in found else found
+
+
 def weights_texts(runs: pd.DataFrame) -> pd.Series:
     """How runs' weights read in their label: 'random init', 'ImageNet weights', 'small_cnn
     pretrained on glyphs 1000-1999', not a file's path; with the file's name where two files

@@ -3,9 +3,11 @@ with, so that no number is read without its backbone, input, budget and optimise
 
 from __future__ import annotations
 
+from collections.abc import Set
+
 import pandas as pd
 
-from bench.report.runs import column_or_nan, format_value, trained_runs
+from bench.report.runs import column_or_nan, format_value, labelled_settings, trained_runs
 
 # Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
 # its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
@@ -21,14 +23,17 @@ SETUP = {
 }
 
 
-def field_text(runs: pd.DataFrame, column: str, by: str | None) -> str:
+def field_text(runs: pd.DataFrame, column: str, by: str | None, labelled: bool = False) -> str:
     """A setup field's value among these runs ('-' where none recorded it, as runs of earlier
     versions did not); where it differs, each value with the rows (`by`) that had it:
-    'lr 0.001 (nngk, softmax) / 0.01 (contrastive)'."""
+    'lr 0.001 (nngk, softmax) / 0.01 (contrastive)', or, where each row's label states it
+    (`labelled`), the values alone and that the labels say which."""
     values = column_or_nan(runs, column)
     texts = values.dropna().map(format_value)
     if texts.nunique() <= 1 or by is None or by not in runs:
         return " / ".join(sorted(set(texts))) or "-"
+    if labelled:
+        return " / ".join(sorted(set(texts))) + " (as each row's label says)"
     rows = runs.loc[texts.index, by].astype(str)
     named = (
         f"{text} ({', '.join(sorted(set(rows[texts == text])))})" for text in sorted(set(texts))
@@ -50,10 +55,15 @@ def seeds_text(seeds: pd.Series) -> str:
     return f"{len(distinct)} seed{'s' if len(distinct) > 1 else ''} ({which})"
 
 
-def setup_of(runs: pd.DataFrame, by: str | None = None) -> dict[str, str]:
+def setup_of(
+    runs: pd.DataFrame, by: str | None = None, labelled: Set[str] = frozenset()
+) -> dict[str, str]:
     """Each setup field's value among these runs, and their seeds; a field that differs names
-    the rows (`by`, e.g. 'name') that had each value."""
-    found = {name: field_text(runs, column, by) for column, name in SETUP.items()}
+    the rows (`by`, e.g. 'method') that had each value, unless their labels state it (a
+    column in `labelled`)."""
+    found = {
+        name: field_text(runs, column, by, column in labelled) for column, name in SETUP.items()
+    }
     found["seeds"] = seeds_text(runs["seed"])
     return found
 
@@ -62,7 +72,8 @@ def setup_line(part: pd.DataFrame) -> str:
     """'Setup: backbone small_cnn; weights random init; ...; 3 seeds (0, 1, 2).' for a
     table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
-    fields = setup_of(trained if len(trained) else part, by="name")
+    runs = trained if len(trained) else part
+    fields = setup_of(runs, by="method", labelled=labelled_settings(runs))
     seeds = fields.pop("seeds")
     text = "; ".join(f"{name} {value}" for name, value in fields.items())
     return f"Setup: {text}; {seeds}."
