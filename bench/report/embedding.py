@@ -277,6 +277,7 @@ def recall_figure(trained: pd.DataFrame) -> bytes:
     settings = setting_labels(trained, exclude=tied_settings(trained))
     if settings.nunique() <= 1:
         return figures.recall_at_k_curves(trained.assign(method=trained["name"]))
-    line = trained["dims"].astype(int).astype(str) + "-d, " + settings
+    size = trained["dims"].astype(int).astype(str) + "-d"
+    line = size.where(settings == "", size + ", " + settings)
     key = "size, setting"
     return figures.recall_at_k_curves(trained.assign(**{key: line}), line=key)
