@@ -325,3 +325,19 @@ def test_more_than_ten_lines_get_distinct_colours():
     # seaborn's default palette repeats after ten: an eleventh loss would share a colour.
     assert len(set(figures.line_colours(10))) == 10
     assert len(set(figures.line_colours(14))) == 14
+    with plt.style.context("ggplot"):  # a style whose cycle has 7 colours (Optuna's plots use it)
+        assert len(set(figures.line_colours(10))) == 10
+
+
+def test_tunings_optuna_plots_leave_the_matplotlib_style_as_it_was(tmp_path):
+    import optuna
+
+    from bench.tune.study import save_plots
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")
+    study.optimize(lambda t: t.suggest_float("lr", 0.0, 1.0) + t.suggest_float("m", 0, 1), 4)
+    before = dict(plt.rcParams)
+    save_plots(study, tmp_path)
+    assert (tmp_path / "history.png").is_file() and (tmp_path / "importance.png").is_file()
+    assert dict(plt.rcParams) == before

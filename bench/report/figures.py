@@ -102,8 +102,9 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
 
 
 def line_colours(n: int) -> list:
-    """n distinct colours: seaborn's ten, or evenly spaced hues beyond ten (its ten repeat)."""
-    return sns.color_palette("husl" if n > 10 else None, n_colors=max(n, 1))
+    """n distinct colours: matplotlib's ten (named, not the current style's cycle, which a
+    library may have changed), or evenly spaced hues beyond ten (the ten repeat)."""
+    return sns.color_palette("husl" if n > 10 else "tab10", n_colors=max(n, 1))
 
 
 TITLE_WIDTH = 40  # characters of a panel's title line that fit over it

@@ -340,11 +340,14 @@ def save_plots(study: optuna.Study, out: Path) -> None:
     plots = {"history.png": ovm.plot_optimization_history}
     if count_complete(study) > 1:
         plots["importance.png"] = ovm.plot_param_importances
-    for name, plot in plots.items():
-        ax = plot(study)
-        ax.figure.tight_layout()
-        ax.figure.savefig(out / name, dpi=100)
-        plt.close(ax.figure)
+    # Optuna's plots switch the process's matplotlib style to ggplot (7 colours a cycle);
+    # keep that to them, not to every figure drawn after them.
+    with matplotlib.rc_context():
+        for name, plot in plots.items():
+            ax = plot(study)
+            ax.figure.tight_layout()
+            ax.figure.savefig(out / name, dpi=100)
+            plt.close(ax.figure)
 
 
 def tuned_configs(
