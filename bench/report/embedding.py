@@ -12,8 +12,7 @@ from bench.report.reference import reference_rows
 from bench.report.runs import (
     BASELINE_LOSS,
     column_or_nan,
-    setting_labels,
-    tied_settings,
+    regime_labels,
     trained_runs,
 )
 from bench.report.setup import setup_columns, setup_line
@@ -239,7 +238,7 @@ def dims_figure(part: pd.DataFrame) -> bytes:
     lines = {label: dict(values) for label, values in lines.iterrows()} if len(lines) else {}
     # Settings that vary (backbone, validation split, ...) get a row of panels each; a
     # loss's tuned settings stay in the table.
-    variant = setting_labels(data, exclude=tied_settings(data))
+    variant = regime_labels(data)
     if variant.nunique() > 1:
         data = data.assign(variant=variant)
         return figures.metrics_vs_dims(data, ["recall@1", "nmi"], lines, panel="variant")
@@ -274,7 +273,7 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
 def recall_figure(trained: pd.DataFrame) -> bytes:
     """Recall@K, a panel per method and a line per size; where settings vary (a start, a
     fold, a swept learning rate), a line per size and setting in the method's panel."""
-    settings = setting_labels(trained, exclude=tied_settings(trained))
+    settings = regime_labels(trained)
     if settings.nunique() <= 1:
         return figures.recall_at_k_curves(trained.assign(method=trained["name"]))
     size = trained["dims"].astype(int).astype(str) + "-d"

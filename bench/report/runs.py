@@ -265,6 +265,12 @@ def tied_settings(df: pd.DataFrame) -> list[str]:
     return [c for c in own if (groups[c].nunique() <= 1).all()]
 
 
+def regime_labels(df: pd.DataFrame) -> pd.Series:
+    """`setting_labels` without a loss's tied settings: what sets runs of one loss apart in
+    the figures (a backbone, a start, a fold, a swept learning rate)."""
+    return setting_labels(df, exclude=tied_settings(df))
+
+
 def labelled_settings(df: pd.DataFrame) -> set[str]:
     """The settings that `setting_labels` writes into some run's label ('weights' with
     'pretrained', whose label it is)."""
