@@ -71,6 +71,11 @@ def test_the_report_gives_the_folds_mean_and_the_concatenation(folds_report):
     assert ["contrastive", "8", "folds' mean (2 models of 8 dims)", "2"] in rows
     assert ["contrastive", "8", "concatenated (2 x 8 = 16 dims)", "2"] in rows
     assert "Musgrave et al. 2020" in table
+    assert "## MAP@R, best first" in table and "## R@1, best first" in table
+    ranks = pd.read_csv(folds_report / "report" / "digits-tuned-folds-ranks.csv")
+    mapr = ranks[(ranks.metric == "map@r") & (ranks.embedding == SEPARATE)]
+    expected = per_seed[per_seed.embedding == SEPARATE]["map@r"].mean()
+    assert mapr["mean"].tolist() == pytest.approx([expected], abs=1e-6)
     index = (folds_report / "report" / "README.md").read_text()
     assert "`<table>-folds.md`: cross-validated final models" in index
 

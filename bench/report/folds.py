@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.evaluation.metrics import METRIC_KEYS, evaluate, evaluate_gallery
+from bench.report.fold_ranks import CONCATENATED, SEPARATE, ranked_files
 from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.report.runs import column_or_nan, trained_runs
 from bench.report.significance import t_halfwidth
@@ -23,7 +24,6 @@ from bench.util.arrays import l2_normalised
 FOLDS = "folds"
 FOLD = re.compile(r"^classes:(\d+)/(\d+)$")
 KEYS = ["method", "weights", "dims", "folds", "tuned"]
-SEPARATE, CONCATENATED = "folds' mean", "concatenated"
 
 
 def fold_runs(runs: pd.DataFrame) -> pd.DataFrame:
@@ -105,9 +105,11 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
     ]
     headers = ["loss", "dims", "embedding", "seeds", *[COLUMNS.get(m, m) for m in metrics]]
     text = f"# {table}: cross-validated final models\n\n{SETUP}\n\n{github_table(rows, headers)}"
+    ranked, ranks_csv = ranked_files(per_seed, table)
     return {
-        f"{table}-{FOLDS}.md": text.encode(),
+        f"{table}-{FOLDS}.md": (text + (f"\n{ranked}" if ranked else "")).encode(),
         f"{table}-{FOLDS}.csv": per_seed.to_csv(index=False, float_format="%.6f").encode(),
+        **ranks_csv,
     }
 
 

@@ -32,8 +32,10 @@ KINDS = {
     "of the variance, intra- vs inter-class distances, beside MAP@R",
     "<table>-health.csv": "the same, as numbers",
     "<table>-folds.md": "cross-validated final models per loss and size (Musgrave et al. 2020): "
-    "the folds' mean and the folds' embeddings concatenated",
+    "the folds' mean and the folds' embeddings concatenated; then R@1 and MAP@R with a column "
+    "per start and embedding, best first, each row set against its column's best over seeds",
     "<table>-folds.csv": "each seed's values of the same",
+    "<table>-folds-ranks.csv": "the ranks, intervals and Welch's p against each column's best",
     "<table>-gallery-<loss>.png": "the best run of each loss (highest test MAP@R, then lowest "
     "seed) on the data set's fixed test queries: each query with its top-5 test images, framed "
     "green (same class) or red",
