@@ -21,7 +21,7 @@ ROW_KEYS = ["method", "tuned"]
 SEPARATE, CONCATENATED = "folds' mean", "concatenated"  # the two embeddings of a seed's folds
 
 
-def p_below(values: np.ndarray, best: np.ndarray) -> float:
+def welch_p(values: np.ndarray, best: np.ndarray) -> float:
     """Welch's p between two rows' per-seed values; NaN with fewer than MIN_SEEDS on a side."""
     if min(len(values), len(best)) < MIN_SEEDS:
         return float("nan")
@@ -41,7 +41,7 @@ def column_ranks(part: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows = []
     for rank, key in enumerate(order, 1):
         v = values[key]
-        p = float("nan") if rank == 1 else p_below(v, best)
+        p = float("nan") if rank == 1 else welch_p(v, best)
         halfwidth = t_halfwidth(pd.Series(v))
         rows.append([*key, rank, v.mean(), halfwidth, len(v), p])
     return pd.DataFrame(rows, columns=[*ROW_KEYS, "rank", "mean", "ci", "seeds", "p_vs_best"])
