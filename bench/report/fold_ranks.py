@@ -8,25 +8,15 @@ does not apply; the seeds decide, as they do in `tuned-vs-default.md`."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
-from bench.report.significance import MIN_SEEDS, seeds_p_value, t_halfwidth
+from bench.report.significance import ALPHA, per_seed_p_value, t_halfwidth
 from bench.report.table_format import COLUMNS, FLOAT, cell, github_table
 
 RANKED = ("map@r", "recall@1")
-ALPHA = 0.05
 COLUMN_KEYS = ["weights", "dims", "folds", "embedding"]
 ROW_KEYS = ["method", "tuned"]
 SEPARATE, CONCATENATED = "folds' mean", "concatenated"  # the two embeddings of a seed's folds
-
-
-def welch_p(values: np.ndarray, best: np.ndarray) -> float:
-    """Welch's p between two rows' per-seed values; NaN with fewer than MIN_SEEDS on a side."""
-    if min(len(values), len(best)) < MIN_SEEDS:
-        return float("nan")
-    # seeds_p_value takes (seeds, queries) rows: one column each, the seed's own value.
-    return seeds_p_value(values[:, None], best[:, None])
 
 
 def column_ranks(part: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -41,7 +31,7 @@ def column_ranks(part: pd.DataFrame, metric: str) -> pd.DataFrame:
     rows = []
     for rank, key in enumerate(order, 1):
         v = values[key]
-        p = float("nan") if rank == 1 else welch_p(v, best)
+        p = float("nan") if rank == 1 else per_seed_p_value(v, best)
         halfwidth = t_halfwidth(pd.Series(v))
         rows.append([*key, rank, v.mean(), halfwidth, len(v), p])
     return pd.DataFrame(rows, columns=[*ROW_KEYS, "rank", "mean", "ci", "seeds", "p_vs_best"])

@@ -33,6 +33,7 @@ from bench.runs import store
 LEVEL = 0.95
 REPLICATES = 2000
 MIN_SEEDS = 2  # seeds each of two rows needs before their difference can be significant
+ALPHA = 0.05  # Welch's p below which two rows' per-seed values differ
 COMPARED = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
 BLOCK = 250  # bootstrap replicates drawn at a time
 KEPT_CELLS = 2**24  # queries x replicates of draws kept for the next comparison (32 MB)
@@ -188,6 +189,16 @@ def seeds_p_value(a: np.ndarray, b: np.ndarray) -> float:
     with warnings.catch_warnings():  # nearly equal values: scipy warns; its p is ~1 or NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         return float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+
+
+def per_seed_p_value(a: np.ndarray, b: np.ndarray) -> float:
+    """Welch's p between two rows' per-seed values (one value a seed); NaN with fewer than
+    MIN_SEEDS on a side."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if min(len(a), len(b)) < MIN_SEEDS:
+        return float("nan")
+    # seeds_p_value takes (seeds, queries) rows: one column each, the seed's own value.
+    return seeds_p_value(a[:, None], b[:, None])
 
 
 def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:

@@ -17,14 +17,13 @@ import pandas as pd
 
 from bench.report.folds import complete_seeds, fold_runs
 from bench.report.runs import trained_runs
-from bench.report.significance import seeds_p_value, t_halfwidth
+from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value, t_halfwidth
 from bench.report.table_format import COLUMNS, FLOAT, Files, cell, github_table
 
 TUNED_DEFAULT = "tuned-vs-default"
 TUNED_SUFFIX = "-tuned"
 MATCH = ["loss", "miner", "dims", "weights", "backbone", "embedding"]
 COMPARED = ("map@r", "recall@1")
-ALPHA = 0.05
 
 
 def fold_means(folds: pd.DataFrame, by: list[str]) -> list[tuple[tuple, pd.DataFrame]]:
@@ -68,10 +67,9 @@ def default_variants(defaults: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 def comparison(default: pd.Series, tuned: pd.Series) -> tuple[float, float, str]:
     """(tuned - default, Welch's p, verdict) of two sets of per-seed values."""
     diff = float(tuned.mean() - default.mean())
-    if min(len(default), len(tuned)) < 2:
+    if min(len(default), len(tuned)) < MIN_SEEDS:
         return diff, float("nan"), "- (one seed)"
-    # The seeds' values as seeds_p_value takes per-query rows: one column, their own mean.
-    p = seeds_p_value(tuned.to_numpy()[:, None], default.to_numpy()[:, None])
+    p = per_seed_p_value(tuned.to_numpy(), default.to_numpy())
     if np.isnan(p) or p >= ALPHA:
         return diff, p, "not significant"
     return diff, p, "above" if diff > 0 else "below"
