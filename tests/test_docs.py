@@ -4,7 +4,8 @@ and the README stays a short entry point.
 
 How a command runs. Every `nngk-bench ...` (or `torchrun ... -m bench.cli ...`) in a ```bash
 block is taken out of it: `&&`, `;`, `&` and `|` separate commands, a trailing backslash
-continues a line, `#` starts a comment, and `for NAME in A B ...; do` binds `$NAME` to A. A
+continues a line, `#` starts a comment, `for NAME in A B ...; do` binds `$NAME` to A and a
+line `NAME=VALUE` binds it to VALUE. A
 block whose line before it is `<!-- not run: REASON -->` (real data, weights, several processes,
 a cluster, an hour) only has its commands parsed by the command line: the command exists and
 every option and value is accepted. Every other command runs in this process (click's
@@ -97,7 +98,7 @@ def cli_args(segment: list[str]) -> list[str] | None:
 
 def commands(body: str) -> list[list[str]]:
     """Each nngk-bench command of a bash block, as its argument list."""
-    loops: dict[str, str] = {}
+    bound: dict[str, str] = {}
     found = []
     for line in body.replace("\\\n", " ").splitlines():
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|")
@@ -106,11 +107,15 @@ def commands(body: str) -> list[list[str]]:
             while segment and segment[0] in ("do", "then", "else", "done"):
                 segment = segment[1:]
             if len(segment) > 3 and segment[0] == "for" and segment[2] == "in":
-                loops[segment[1]] = segment[3]
+                bound[segment[1]] = segment[3]
+                continue
+            if len(segment) == 1 and re.fullmatch(r"\w+=\S*", segment[0]):
+                name, value = segment[0].split("=", 1)
+                bound[name] = value
                 continue
             args = cli_args(segment) if segment else None
             if args is not None:
-                found.append([re.sub(r"\$\{?(\w+)\}?", lambda m: loops[m[1]], a) for a in args])
+                found.append([re.sub(r"\$\{?(\w+)\}?", lambda m: bound[m[1]], a) for a in args])
     return found
 
 
@@ -286,6 +291,14 @@ def test_command(command: Command, workspace):
     )
     if option(args, "--dataset") == f"folder:{workspace['folder']}":
         assert list(Path("results").glob("folder-*-d8-s0-*/metrics.json")), "no folder run"
+
+
+def test_commands_take_their_variables_from_loops_and_assignments():
+    body = (
+        "L=nngk,nca\nnngk-bench tune --loss $L && echo x\n"
+        "for d in 64 512; do nngk-bench run --dims $d; done"
+    )
+    assert commands(body) == [["tune", "--loss", "nngk,nca"], ["run", "--dims", "64"]]
 
 
 # --- what the pages must say, and must not ------------------------------------------------
