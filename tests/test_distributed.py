@@ -60,3 +60,26 @@ def test_a_batch_the_processes_cannot_share_is_a_one_line_error():
     batches = BatchSampler(SequentialSampler(range(30)), batch_size=10, drop_last=True)
     with pytest.raises(ValueError, match="divisible by the number of processes"):
         RankSlices(batches, Ranks(0, 3))
+
+
+@pytest.mark.parametrize(
+    ("gpus", "local_world", "backend", "devices"),
+    [(2, 2, "nccl", [0, 1]), (1, 2, "gloo", [0, 0]), (2, 4, "gloo", [0, 1, 0, 1])],
+)
+def test_processes_that_share_a_gpu_take_gloo_and_the_gpus_in_turn(
+    monkeypatch, gpus, local_world, backend, devices
+):
+    import torch
+
+    from bench.train.distributed import backend_for, local_device
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(local_world))
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert backend_for(cuda) == backend and backend_for(cpu) == "gloo"
+    taken = []
+    for rank in range(local_world):
+        monkeypatch.setenv("LOCAL_RANK", str(rank))
+        taken.append(local_device(cuda).index)
+        assert local_device(cpu) == cpu
+    assert taken == devices

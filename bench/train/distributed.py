@@ -42,14 +42,24 @@ def ranks_from_env(device: torch.device) -> Ranks:
     if world == 1:
         return ONE_PROCESS
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend_for(device))
     return Ranks(dist.get_rank(), dist.get_world_size())
 
 
+def backend_for(device: torch.device) -> str:
+    """NCCL when every process of this machine has a GPU of its own; gloo on CPUs and where
+    processes share a GPU, since NCCL refuses two ranks on one device."""
+    if device.type != "cuda":
+        return "gloo"
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("WORLD_SIZE", "1")))
+    return "nccl" if local <= torch.cuda.device_count() else "gloo"
+
+
 def local_device(device: torch.device) -> torch.device:
-    """A process's own GPU (LOCAL_RANK) when several share a machine."""
+    """A process's own GPU (LOCAL_RANK) when several share a machine; with more processes
+    than GPUs they take the GPUs in turn."""
     if device.type == "cuda" and "LOCAL_RANK" in os.environ:
-        return torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        return torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
     return device
 
 
