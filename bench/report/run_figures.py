@@ -68,7 +68,7 @@ def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     folds = column_or_nan(runs, "val_split", "").astype(str).str.extract(FOLD)[1]
     names = variant_labels(runs, ["val_split"]) + folds.map(
         lambda k: f", {k} class folds" if isinstance(k, str) else ""
-    )
+    ).astype(str)
     frames = []
     for index, run in runs.iterrows():
         history = saved_numbers(Path(run["path"]) / store.HISTORY, ["epoch"])

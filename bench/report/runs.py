@@ -248,7 +248,7 @@ def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
         else:
             texts = df.loc[rows, column].map(lambda v, c=column: setting_text(c, v))
         labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts
-    return labels
+    return labels.astype(str)  # pandas 3.0 with pyarrow cannot add an object column to a str one
 
 
 def tied_settings(df: pd.DataFrame) -> list[str]:
