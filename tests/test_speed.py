@@ -185,3 +185,19 @@ def test_a_long_evaluator_row_says_it_started_and_how_long_it_has_run(monkeypatc
     row = scale.measured("faiss", 300, 8, 0.1, None, timeout=300, say=lines.append)
     assert "seconds" in row and lines[0] == "faiss: 300 x 8, started"
     assert all(line.startswith("faiss: 300 x 8, ") for line in lines)
+
+
+def test_a_loaders_rate_leaves_out_its_first_batch():
+    from bench.speed.loader import rate_after_first
+
+    now = [0.0]
+
+    def batches():  # the first batch takes 5 s (the workers' start), then 0.5 s a batch of 4
+        for delay in (5.0, 0.5, 0.5, 0.5, 0.5):
+            now[0] += delay
+            yield [0] * 4
+
+    first, rate = rate_after_first(batches(), len, 4, torch.device("cpu"), lambda: now[0])
+    assert (first, rate) == (5.0, 12 / 1.5)  # 3 batches of 4 after the first, the 5th not read
+    with pytest.raises(ValueError, match="at least 2 batches"):
+        rate_after_first(iter([[0]]), len, 4, torch.device("cpu"), lambda: now[0])

@@ -1,11 +1,13 @@
 """The input pipeline against the model it feeds: images per second from the cache to the
 network's input on the device (uint8 batches, crops made there), from decoding every epoch
-with per-image transforms, and the model's own training images per second."""
+with per-image transforms, and the model's own training images per second. A loader's rate is
+taken after its first batch, whose time (the workers' start, paid once a run) is shown apart."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any, Callable, Iterable
 
 import numpy as np
 import torch
@@ -18,21 +20,39 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()  # time the work, not its launch
 
 
+def rate_after_first(
+    batches: Iterable, size: Callable[[Any], int], limit: int, device: torch.device,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[float, float]:  # fmt: skip
+    """Seconds to the first of `limit` batches (the workers' start, which a run pays once) and
+    items per second over the batches after it."""
+    start, first, seen = clock(), None, 0
+    for i, batch in enumerate(batches):
+        n = size(batch)
+        if first is None:
+            sync(device)
+            first = clock()
+        else:
+            seen += n
+        if i + 1 == limit:
+            break
+    sync(device)
+    if first is None or not seen:
+        raise ValueError(f"a rate needs at least 2 batches; got {0 if first is None else 1}")
+    return first - start, seen / (clock() - first)
+
+
 def throughput(
     dataset, device: torch.device, batch_size: int = 64, batches: int = 10, workers: int = 0
-) -> float:
-    """Images per second that reach the device as the network's input (training crops)."""
+) -> tuple[float, float]:
+    """Seconds to the first batch, and images per second after it, that reach the device as
+    the network's input (training crops)."""
     from bench.util.batches import split_loader, to_inputs
 
     loader = split_loader(dataset, device, workers, batch_size=batch_size, shuffle=True)
     gen = torch.Generator(device).manual_seed(0)
-    start, seen = time.perf_counter(), 0
-    for i, (x, _, _) in enumerate(loader):
-        seen += len(to_inputs(dataset, x, device, gen))
-        if i + 1 == batches:
-            break
-    sync(device)
-    return seen / (time.perf_counter() - start)
+    size = lambda batch: len(to_inputs(dataset, batch[0], device, gen))  # noqa: E731
+    return rate_after_first(loader, size, batches, device)
 
 
 class DecodedEveryEpoch:
@@ -108,13 +128,18 @@ def loader_benchmark(
     crops = Crops(crop, resize, "aspect", train=True)
     cached = CachedImages(cache, np.arange(len(paths)), np.zeros(len(paths)), crops)
     model = model_throughput(backbone, crop, dev, batch_size=min(batch_size, 32))
+    cached_first, cached_rate = throughput(cached, dev, batch_size, workers=workers)
+    decoded = DecodedEveryEpoch(paths, crop)
+    decoded_first, decoded_rate = throughput(decoded, dev, batch_size, 4, workers)
     rows = {
         "images": len(paths),
         "device": str(dev),
         "cache build s (once)": build_s,
         "loader workers": workers,
-        "cached img/s": throughput(cached, dev, batch_size, workers=workers),
-        "decoded img/s": throughput(DecodedEveryEpoch(paths, crop), dev, batch_size, 4, workers),
+        "cached: first batch s": cached_first,
+        "cached img/s": cached_rate,
+        "decoded: first batch s": decoded_first,
+        "decoded img/s": decoded_rate,
         f"{backbone} train img/s": model,
     }
     rows["cache speed-up"] = rows["cached img/s"] / rows["decoded img/s"]
