@@ -292,8 +292,14 @@ def test_gap_embedding_is_the_pooled_feature_map(tmp_path):
     assert saved.shape[1] == 64 and (saved >= 0).all()  # averages of ReLU maps
 
 
+def test_a_loader_benchmark_of_one_batch_is_refused_before_any_benchmark_runs():
+    out = cli("speed", "--loader", "synthetic", "--images", "15", "--batch", "8")
+    assert out.exit_code == 1 and "NNGK step" not in out.output
+    assert "--images 15 is less than 2 batches of --batch 8" in out.output
+
+
 def test_speed_benchmark_prints_ratios():
-    args = "speed --batch 16 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
+    args = "speed --batch 8 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
     tiny = ["--refresh-images", "40", "--ann-size", "600", "--scale-sizes", "300"]
     tiny += ["--crossover-items", "300", "--report-runs", "12"]
     out = cli(*args.split(), "--backbone", "small_cnn", *tiny)
@@ -309,6 +315,7 @@ def test_speed_benchmark_prints_ratios():
         "pml / ours",
         "nngk-bench --help",
         "speed-up",
+        "cached: first batch s",
         "cached img/s",
         "decoded img/s",
         "small_cnn train img/s",

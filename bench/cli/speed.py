@@ -119,6 +119,11 @@ def speed(
         raise click.ClickException(
             f"--scale-sizes {scale_sizes!r}: each size needs at least {MIN_SCALE_ITEMS} items"
         )
+    if loader_dataset is not None and images < 2 * batch:
+        raise click.ClickException(
+            f"--images {images} is less than 2 batches of --batch {batch}: a loader's rate is "
+            "taken after its first batch; give more images or a smaller batch"
+        )
 
     import torch
 
