@@ -296,6 +296,8 @@ def test_a_loader_benchmark_of_one_batch_is_refused_before_any_benchmark_runs():
     out = cli("speed", "--loader", "synthetic", "--images", "15", "--batch", "8")
     assert out.exit_code == 1 and "NNGK step" not in out.output
     assert "--images 15 is less than 2 batches of --batch 8" in out.output
+    out = cli("speed", "--loader", "synthetic", "--images", "16", "--batch", "8", "--workers", "2")
+    assert out.exit_code == 1 and "--images 16 is less than 3 batches of --batch 8" in out.output
 
 
 def test_speed_benchmark_prints_ratios():

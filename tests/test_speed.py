@@ -200,4 +200,29 @@ def test_a_loaders_rate_leaves_out_its_first_batch():
     first, rate = rate_after_first(batches(), len, 4, torch.device("cpu"), lambda: now[0])
     assert (first, rate) == (5.0, 12 / 1.5)  # 3 batches of 4 after the first, the 5th not read
     with pytest.raises(ValueError, match="at least 2 batches"):
+        rate_after_first(iter([[0]]), len, 1, torch.device("cpu"), lambda: now[0])
+    with pytest.raises(ValueError, match="gave 1 batches of the 4"):
         rate_after_first(iter([[0]]), len, 4, torch.device("cpu"), lambda: now[0])
+
+
+def test_a_loaders_rate_counts_whole_rounds_of_its_workers():
+    """Two workers take 1 s a batch of 4 each (8 images/s): the second worker's first batch is
+    made beside the first, so it arrives with it, and counting it over the first round's time
+    would give 12/s."""
+    from bench.speed.loader import rate_after_first
+
+    now = [0.0]
+
+    def batches():
+        for delay in (5.0, 0.0, 1.0, 0.0, 1.0, 0.0):
+            now[0] += delay
+            yield [0] * 4
+
+    cpu, clock = torch.device("cpu"), lambda: now[0]
+    for limit in (4, 5, 6):  # one round (batches 2-3), then two (batches 2-5)
+        now[0] = 0.0
+        assert rate_after_first(batches(), len, limit, cpu, clock, workers=2) == (5.0, 8.0)
+    with pytest.raises(ValueError, match="at least 9 batches .*; got 4"):
+        rate_after_first(batches(), len, 4, cpu, clock, workers=8)
+    with pytest.raises(ValueError, match="gave 6 batches of the 9"):  # the loader ran out
+        rate_after_first(batches(), len, 9, cpu, clock, workers=8)

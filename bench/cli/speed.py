@@ -111,6 +111,7 @@ def speed(
     import tempfile
 
     from bench.cli.options import parse_ints
+    from bench.speed.loader import batches_needed
 
     chosen = chosen_benchmarks(only)
     sizes = parse_ints(eval_sizes, "--eval-sizes")
@@ -119,10 +120,11 @@ def speed(
         raise click.ClickException(
             f"--scale-sizes {scale_sizes!r}: each size needs at least {MIN_SCALE_ITEMS} items"
         )
-    if loader_dataset is not None and images < 2 * batch:
+    if loader_dataset is not None and images < batches_needed(workers) * batch:
         raise click.ClickException(
-            f"--images {images} is less than 2 batches of --batch {batch}: a loader's rate is "
-            "taken after its first batch; give more images or a smaller batch"
+            f"--images {images} is less than {batches_needed(workers)} batches of --batch "
+            f"{batch}: a loader's rate is taken after its first batch, over a round of its "
+            f"{max(workers, 1)} worker(s); give more images or a smaller batch"
         )
 
     import torch

@@ -1,7 +1,8 @@
 """The input pipeline against the model it feeds: images per second from the cache to the
 network's input on the device (uint8 batches, crops made there), from decoding every epoch
 with per-image transforms, and the model's own training images per second. A loader's rate is
-taken after its first batch, whose time (the workers' start, paid once a run) is shown apart."""
+taken after its first batch, whose time (the workers' start, paid once a run) is shown apart,
+over whole rounds of its workers (the batches they made beside the first are not a rate)."""
 
 from __future__ import annotations
 
@@ -20,39 +21,56 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize()  # time the work, not its launch
 
 
+def batches_needed(workers: int) -> int:
+    """Batches a loader's rate needs: the first and one round of its workers after it."""
+    return max(workers, 1) + 1
+
+
 def rate_after_first(
     batches: Iterable, size: Callable[[Any], int], limit: int, device: torch.device,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] = time.perf_counter, workers: int = 0,
 ) -> tuple[float, float]:  # fmt: skip
-    """Seconds to the first of `limit` batches (the workers' start, which a run pays once) and
-    items per second over the batches after it."""
-    start, first, seen = clock(), None, 0
+    """Seconds to the first batch (the workers' start, which a run pays once) and items per
+    second over whole rounds of the `workers` after it, within `limit` batches. Each worker
+    makes every W-th batch, and the others make theirs while the first is awaited: so from the
+    first batch's arrival the rate counts batches 2 .. kW+1 up to the arrival of the last
+    (k whole rounds; the main process alone is a round of one)."""
+    per = max(workers, 1)
+    last = per * ((limit - 1) // per)  # the index of the last batch read
+    if last < per:
+        need = batches_needed(workers)
+        raise ValueError(f"a rate needs at least {need} batches (the first, a round); got {limit}")
+    start, first, seen, read = clock(), None, 0, 0
     for i, batch in enumerate(batches):
-        n = size(batch)
+        n, read = size(batch), i + 1
         if first is None:
             sync(device)
             first = clock()
         else:
             seen += n
-        if i + 1 == limit:
+        if i == last:
             break
     sync(device)
-    if first is None or not seen:
-        raise ValueError(f"a rate needs at least 2 batches; got {0 if first is None else 1}")
+    if read <= last:
+        raise ValueError(f"the loader gave {read} batches of the {last + 1} the rate takes")
     return first - start, seen / (clock() - first)
 
 
 def throughput(
     dataset, device: torch.device, batch_size: int = 64, batches: int = 10, workers: int = 0
 ) -> tuple[float, float]:
-    """Seconds to the first batch, and images per second after it, that reach the device as
+    """Seconds to the first batch, and images per second after it (over whole rounds of the
+    workers, about `batches` in all, as many as the data set holds), that reach the device as
     the network's input (training crops)."""
     from bench.util.batches import split_loader, to_inputs
 
+    per = max(workers, 1)
+    held = -(-len(dataset) // batch_size)
+    limit = min(1 + per * max(1, (batches - 1) // per), held)
     loader = split_loader(dataset, device, workers, batch_size=batch_size, shuffle=True)
     gen = torch.Generator(device).manual_seed(0)
     size = lambda batch: len(to_inputs(dataset, batch[0], device, gen))  # noqa: E731
-    return rate_after_first(loader, size, batches, device)
+    return rate_after_first(loader, size, limit, device, workers=workers)
 
 
 class DecodedEveryEpoch:
