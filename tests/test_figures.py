@@ -241,6 +241,25 @@ def test_yoked_tsne_alignment():
     assert misalignment(*free) > 1.0
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_kl_gradients_match_scikit_learns_exact_t_sne(dtype):
+    """Each stacked layout's gradient is scikit-learn's exact one for its own P (the pair
+    arrays in float32, as yoked_tsne keeps them, to float32's precision)."""
+    from scipy.spatial.distance import squareform
+    from sklearn.manifold._t_sne import _kl_divergence
+
+    rng = np.random.default_rng(0)
+    xs = [rng.normal(size=(40, 5)) for _ in range(3)]
+    p = np.stack([tsne.joint_probabilities(x, 10.0) for x in xs])
+    y = rng.normal(size=(3, 40, 2))
+    pairs = p.astype(dtype)
+    got = tsne._kl_gradients(pairs, y, np.empty_like(pairs), np.empty_like(pairs))
+    for p_t, y_t, g in zip(p, y, got, strict=True):
+        _, want = _kl_divergence(y_t.ravel(), squareform(p_t, checks=False), 1, 40, 2)
+        rtol = 1e-10 if dtype == np.float64 else 1e-4
+        np.testing.assert_allclose(g.ravel(), want, rtol=rtol, atol=rtol * np.abs(want).max())
+
+
 def test_yoked_tsne_is_deterministic_and_takes_several_layouts():
     embeddings = [clusters(seed, per_class=15)[0] for seed in range(3)]
     first = tsne.yoked_tsne(embeddings, iterations=200, seed=5)
