@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -298,6 +299,13 @@ def test_a_loader_benchmark_of_one_batch_is_refused_before_any_benchmark_runs():
     assert "--images 15 is less than 2 batches of --batch 8" in out.output
     out = cli("speed", "--loader", "synthetic", "--images", "16", "--batch", "8", "--workers", "2")
     assert out.exit_code == 1 and "--images 16 is less than 3 batches of --batch 8" in out.output
+
+
+def test_a_loader_benchmark_takes_the_images_its_batches_need_by_default():
+    args = "speed --only start --loader synthetic --batch 4 --resize 24 --crop 20"
+    out = cli(*args.split(), "--backbone", "small_cnn")
+    assert out.exit_code == 0, out.output
+    assert re.search(r"\| images +\| 40 ", out.output)  # 10 batches of 4
 
 
 def test_speed_benchmark_prints_ratios():

@@ -205,6 +205,13 @@ def test_a_loaders_rate_leaves_out_its_first_batch():
         rate_after_first(iter([[0]]), len, 4, torch.device("cpu"), lambda: now[0])
 
 
+def test_a_loader_reads_whole_rounds_of_its_workers_after_the_first_batch():
+    from bench.speed.loader import batches_read
+
+    assert [batches_read(10, w) for w in (0, 1, 2, 8, 12)] == [10, 10, 9, 9, 13]
+    assert [batches_read(4, w) for w in (0, 2, 8)] == [4, 3, 9]
+
+
 def test_a_loaders_rate_counts_whole_rounds_of_its_workers():
     """Two workers take 1 s a batch of 4 each (8 images/s): the second worker's first batch is
     made beside the first, so it arrives with it, and counting it over the first round's time

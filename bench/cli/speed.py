@@ -33,7 +33,12 @@ MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
 @click.option("--resize", default=256, show_default=True)
 @click.option("--crop", default=224, show_default=True)
 @click.option("--backbone", default="resnet18", show_default=True)
-@click.option("--images", default=640, show_default=True, help="Images to time the loader on.")
+@click.option(
+    "--images",
+    type=int,
+    help="Images to time the loader on (default: the 10 batches or so it reads, in whole "
+    "rounds of --workers after the first).",
+)
 @click.option("--workers", default=0, show_default=True, help="Loader processes (as in run).")
 @click.option(
     "--eval-sizes", default="10000,50000", show_default=True, help="Items of the evaluator runs."
@@ -111,7 +116,7 @@ def speed(
     import tempfile
 
     from bench.cli.options import parse_ints
-    from bench.speed.loader import batches_needed
+    from bench.speed.loader import CACHED_BATCHES, batches_needed, batches_read
 
     chosen = chosen_benchmarks(only)
     sizes = parse_ints(eval_sizes, "--eval-sizes")
@@ -120,6 +125,8 @@ def speed(
         raise click.ClickException(
             f"--scale-sizes {scale_sizes!r}: each size needs at least {MIN_SCALE_ITEMS} items"
         )
+    if images is None:
+        images = batch * batches_read(CACHED_BATCHES, workers)
     if loader_dataset is not None and images < batches_needed(workers) * batch:
         raise click.ClickException(
             f"--images {images} is less than {batches_needed(workers)} batches of --batch "

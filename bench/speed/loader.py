@@ -15,6 +15,9 @@ import torch
 
 from bench.speed.benchmarks import seconds_per_call
 
+CACHED_BATCHES = 10  # batches, about, that each loader's rate reads
+DECODED_BATCHES = 4  # fewer where every image is decoded: a CPU decodes about 300 a second
+
 
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -24,6 +27,12 @@ def sync(device: torch.device) -> None:
 def batches_needed(workers: int) -> int:
     """Batches a loader's rate needs: the first and one round of its workers after it."""
     return max(workers, 1) + 1
+
+
+def batches_read(batches: int, workers: int) -> int:
+    """About `batches` batches in whole rounds of the workers after the first (at least one)."""
+    per = max(workers, 1)
+    return 1 + per * max(1, (batches - 1) // per)
 
 
 def rate_after_first(
@@ -57,16 +66,19 @@ def rate_after_first(
 
 
 def throughput(
-    dataset, device: torch.device, batch_size: int = 64, batches: int = 10, workers: int = 0
+    dataset,
+    device: torch.device,
+    batch_size: int = 64,
+    batches: int = CACHED_BATCHES,
+    workers: int = 0,
 ) -> tuple[float, float]:
     """Seconds to the first batch, and images per second after it (over whole rounds of the
     workers, about `batches` in all, as many as the data set holds), that reach the device as
     the network's input (training crops)."""
     from bench.util.batches import split_loader, to_inputs
 
-    per = max(workers, 1)
     held = -(-len(dataset) // batch_size)
-    limit = min(1 + per * max(1, (batches - 1) // per), held)
+    limit = min(batches_read(batches, workers), held)
     loader = split_loader(dataset, device, workers, batch_size=batch_size, shuffle=True)
     gen = torch.Generator(device).manual_seed(0)
     size = lambda batch: len(to_inputs(dataset, batch[0], device, gen))  # noqa: E731
@@ -148,7 +160,7 @@ def loader_benchmark(
     model = model_throughput(backbone, crop, dev, batch_size=min(batch_size, 32))
     cached_first, cached_rate = throughput(cached, dev, batch_size, workers=workers)
     decoded = DecodedEveryEpoch(paths, crop)
-    decoded_first, decoded_rate = throughput(decoded, dev, batch_size, 4, workers)
+    decoded_first, decoded_rate = throughput(decoded, dev, batch_size, DECODED_BATCHES, workers)
     rows = {
         "images": len(paths),
         "device": str(dev),
