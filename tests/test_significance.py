@@ -80,6 +80,25 @@ def test_kept_draws_give_the_intervals_of_fresh_ones_to_the_bit(kept, monkeypatc
     assert significance._kept_draws.cache_info().hits == (2 if kept else 0)
 
 
+def test_a_tables_comparisons_share_each_block_of_draws_and_equal_one_at_a_time(monkeypatch):
+    from bench.report import significance
+
+    monkeypatch.setattr(significance, "KEPT_CELLS", 0)  # draws made afresh, as at 60k queries
+    made = []
+    draws = significance._draws
+    monkeypatch.setattr(significance, "_draws", lambda *a: made.append(a) or draws(*a))
+    rng = np.random.default_rng(7)
+    rows = [rng.random((3, 150)) for _ in range(4)] + [rng.random((2, 150))]
+    gap = rng.random((3, 150))
+    gap[:, 9] = np.nan  # another set of kept queries: draws of its own
+    pairs = [(rows[0], rows[1]), *[(r, rows[0]) for r in rows], (rows[4], rows[2])]
+    pairs += [(gap, rows[1]), (rows[3], gap)]
+    together = significance.bootstrap_differences(pairs, replicates=600)
+    assert len(made) == 3  # 3 x 3 seeds on all queries, 2 x 3 seeds, and 3 x 3 without query 9
+    for (a, b), d in zip(pairs, together, strict=True):
+        assert d == bootstrap_difference(a, b, replicates=600)  # to the bit
+
+
 def test_no_difference_is_not_significant_and_nan_queries_are_left_out():
     rng = np.random.default_rng(0)
     a = rng.random((3, 300))

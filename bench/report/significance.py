@@ -94,22 +94,62 @@ def bootstrap_difference(
 ) -> Difference:
     """a, b: (seeds, queries) per-query scores of two rows on the same test queries (NaN where
     a query has no score). Queries are resampled jointly, seeds per row."""
-    a, b = np.atleast_2d(a), np.atleast_2d(b)
+    return bootstrap_differences([(a, b)], replicates, seed)[0]
+
+
+def bootstrap_differences(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], replicates: int = REPLICATES, seed: int = 0
+) -> list[Difference]:
+    """`bootstrap_difference` of each (a, b) pair, with each block of draws made and applied
+    once for all the pairs that share it (as many seeds a side, the same queries kept): a
+    table's comparisons do, and at 60,000 queries the draws took 6 s a comparison."""
+    kept = [_kept_queries(np.atleast_2d(a), np.atleast_2d(b)) for a, b in pairs]
+    groups: dict[tuple, list[int]] = {}
+    for i, (a, b, keep) in enumerate(kept):
+        groups.setdefault((len(a), len(b), keep.tobytes()), []).append(i)
+    out: list[Difference] = [Difference(0.0, 0.0, 0.0)] * len(pairs)
+    for members in groups.values():
+        rows = [pairs[i] for i in members]
+        diffs = _shared_replicates([kept[i][:2] for i in members], rows, replicates, seed)
+        for i, d in zip(members, diffs, strict=True):
+            a, b = kept[i][:2]
+            low, high = np.percentile(d, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
+            out[i] = Difference(float(a.mean() - b.mean()), float(low), float(high))
+    return out
+
+
+def _kept_queries(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Both rows without the queries either has no score for, and which queries are kept."""
     keep = ~(np.isnan(a).any(axis=0) | np.isnan(b).any(axis=0))
-    a, b = a[:, keep], b[:, keep]
-    n = a.shape[1]
-    diffs = np.empty(replicates)
+    return a[:, keep], b[:, keep], keep
+
+
+def _shared_replicates(
+    kept: list[tuple[np.ndarray, np.ndarray]], rows: list[tuple], replicates: int, seed: int
+) -> list[np.ndarray]:
+    """Each pair's bootstrap differences over the same draws. A row met in several pairs (the
+    same array in `rows`) is resampled once a block, each row by a product of its own (so
+    that its values are those of a pair alone, to the bit)."""
+    index: dict[int, int] = {}
+    unique, sides = [], []
+    for (a, b), originals in zip(kept, rows, strict=True):
+        for array, original in zip((a, b), originals, strict=True):
+            if id(original) not in index:
+                index[id(original)] = len(unique)
+                unique.append(array)
+        sides.append((index[id(originals[0])], index[id(originals[1])]))
+    seeds_a, seeds_b, n = len(kept[0][0]), len(kept[0][1]), kept[0][0].shape[1]
+    diffs = [np.empty(replicates) for _ in kept]
     start = 0
-    for counts, pick_a, pick_b in resamples(n, len(a), len(b), replicates, seed):
+    for counts, pick_a, pick_b in resamples(n, seeds_a, seeds_b, replicates, seed):
         weights = counts.T / n  # (queries, reps)
-        per_seed_a, per_seed_b = a @ weights, b @ weights  # (seeds, reps)
+        per_seed = [array @ weights for array in unique]  # (seeds, reps) each
         cols = np.arange(len(counts))
-        diffs[start : start + len(counts)] = per_seed_a[pick_a, cols].mean(axis=0) - per_seed_b[
-            pick_b, cols
-        ].mean(axis=0)
+        for d, (at_a, at_b) in zip(diffs, sides, strict=True):
+            mean_a = per_seed[at_a][pick_a, cols].mean(axis=0)
+            d[start : start + len(counts)] = mean_a - per_seed[at_b][pick_b, cols].mean(axis=0)
         start += len(counts)
-    low, high = np.percentile(diffs, [50 * (1 - LEVEL), 50 * (1 + LEVEL)])
-    return Difference(float(a.mean() - b.mean()), float(low), float(high))
+    return diffs
 
 
 Draws = tuple[np.ndarray, np.ndarray, np.ndarray]  # (reps, queries) counts; seed picks a, b
@@ -173,11 +213,34 @@ def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.Data
             continue
         if len({v["map@r"].shape[1] for v in scores.values()}) != 1:
             continue
+        found = size_differences(scores, reference)
         for metric in COMPARED:
-            out += compare_metric(scores, metric, dims, reference)
+            out += compare_metric(scores, metric, dims, reference, found)
     columns = ["name", "dims", "metric", "reference", "seeds", "diff", "low", "high", "p_seeds"]
     columns += ["significant"]
     return pd.DataFrame(out, columns=[*columns, "beats_second"])
+
+
+def ranking(scores: dict, metric: str, reference: str | None) -> tuple[list[str], str]:
+    """The rows by their mean, best first, and the row the others are compared with."""
+    means = {name: float(np.nanmean(v[metric])) for name, v in scores.items()}
+    ranked = sorted(means, key=means.get, reverse=True)
+    return ranked, reference if reference in scores else ranked[0]
+
+
+def compared_pairs(scores: dict, metric: str, reference: str | None) -> list[tuple[str, str]]:
+    """The pairs of rows a metric compares: the best with the second, each with the reference."""
+    ranked, ref = ranking(scores, metric, reference)
+    best_two = [(ranked[0], ranked[1])] if len(ranked) > 1 else []
+    return best_two + [(x, ref) for x in ranked]
+
+
+def size_differences(scores: dict, reference: str | None) -> dict[tuple, Difference]:
+    """The bootstrap difference of every pair each metric compares, at one size, by (metric,
+    row, other row): all in one pass over the draws each shape of pair shares."""
+    keys = [(m, x, y) for m in COMPARED for x, y in compared_pairs(scores, m, reference)]
+    pairs = [(scores[x][m], scores[y][m]) for m, x, y in keys]
+    return dict(zip(keys, bootstrap_differences(pairs), strict=True))
 
 
 def seeds_p_value(a: np.ndarray, b: np.ndarray) -> float:
@@ -202,25 +265,34 @@ def per_seed_p_value(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
-    """The bootstrap difference, Welch's p over seeds, and whether both call it significant:
+    """The bootstrap difference, Welch's p over seeds, and whether both call it significant."""
+    return judged(bootstrap_difference(a, b), a, b)
+
+
+def judged(d: Difference, a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
+    """A bootstrap difference with Welch's p over seeds, and whether both call it significant:
     with few seeds the bootstrap's seed resampling is too narrow, the t-test is not. Never
     significant where a row has a single seed: resampling its test queries alone says nothing
     of the loss, since another seed moves a row by more than that."""
-    d, p = bootstrap_difference(a, b), seeds_p_value(a, b)
+    p = seeds_p_value(a, b)
     seeds = min(len(np.atleast_2d(a)), len(np.atleast_2d(b)))
     return d, p, seeds >= MIN_SEEDS and d.significant and (np.isnan(p) or p < 1 - LEVEL)
 
 
-def compare_metric(scores: dict, metric: str, dims: int, reference: str | None) -> list[list]:
-    means = {name: float(np.nanmean(v[metric])) for name, v in scores.items()}
-    ranked = sorted(means, key=means.get, reverse=True)
-    ref = reference if reference in scores else ranked[0]
-    beats_second = (
-        len(ranked) > 1 and differs(scores[ranked[0]][metric], scores[ranked[1]][metric])[2]
-    )
+def compare_metric(
+    scores: dict, metric: str, dims: int, reference: str | None, found: dict
+) -> list[list]:
+    """Each row against the reference on one metric, from the bootstrap differences `found`
+    by `size_differences`."""
+    ranked, ref = ranking(scores, metric, reference)
+
+    def judge(x: str, y: str) -> tuple[Difference, float, bool]:
+        return judged(found[(metric, x, y)], scores[x][metric], scores[y][metric])
+
+    beats_second = len(ranked) > 1 and judge(ranked[0], ranked[1])[2]
     rows = []
     for name in ranked:
-        d, p, significant = differs(scores[name][metric], scores[ref][metric])
+        d, p, significant = judge(name, ref)
         beats = name == ranked[0] and beats_second
         seeds = len(scores[name][metric])
         rows.append([name, dims, metric, ref, seeds, d.diff, d.low, d.high, p, significant, beats])
