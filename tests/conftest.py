@@ -4,8 +4,10 @@ the built-in glyphs set's baselines evaluated once for the whole session, and a 
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,13 @@ from bench.cli import main
 # too; NNGK_TEST_CUDA=1 lets them see the GPU.
 if os.environ.get("NNGK_TEST_CUDA") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# Nothing a test writes lands outside its temporary folders: the glyphs and image caches go to a
+# folder of this test process's own (a test may set one of its own), never to the user's
+# ~/.cache/nngk-bench. Set here, at import, so that the subprocesses the tests start inherit it.
+TEST_CACHE = Path(tempfile.mkdtemp(prefix="nngk-test-cache-"))
+os.environ["NNGK_CACHE"] = str(TEST_CACHE)
+atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 
 # A run that trains in seconds: the digits set (8 x 8 images), 2 epochs, a 16-d embedding.
 FAST = ["--dataset", "digits", "--epochs", "2", "--dims", "16"]

@@ -105,3 +105,33 @@ def test_a_short_help_is_the_first_sentence_cut_as_click_cuts_it(text, short):
     assert len(first_sentence(text)) <= 45 and first_sentence(text, width=10) == (
         click.Command("x", help=text).get_short_help_str(limit=10)
     )
+
+
+# A typo'd loss or data set is refused before any heavy package is imported (issue 42: it took
+# 7-20 s of imports), in a fresh interpreter, with the nearest names.
+REFUSED = f"""
+import json, sys
+from bench.cli import main
+try:
+    main(sys.argv[1:], prog_name="nngk-bench")
+except SystemExit as stop:
+    code = stop.code
+print(json.dumps(dict(code=code, heavy=[m for m in {HEAVY!r} if m in sys.modules])))
+"""
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--loss", "ngk"], "unknown loss 'ngk' (did you mean nngk?)"),
+        (["run", "--loss", "nngk,contrastve"], "(did you mean contrastive or "),
+        (["suite", "--losses", "papr"], "unknown loss 'papr' (did you mean paper"),
+        (["run", "--dataset", "cub200"], "unknown data set 'cub200' (did you mean cub?)"),
+        (["tune", "--loss", "ngk"], "unknown loss 'ngk' (did you mean nngk?)"),
+    ],
+)
+def test_a_typo_is_refused_before_torch_is_imported(args, message):
+    out = subprocess.run([sys.executable, "-c", REFUSED, *args], capture_output=True, text=True)
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found == dict(code=1, heavy=[]), out.stderr
+    assert out.stderr.count("\n") == 1 and message in out.stderr, out.stderr

@@ -228,7 +228,7 @@ def test_the_suite_gives_a_loss_parameter_to_every_loss_that_takes_it(planned):
     others = [c for c in configs if c.loss not in ("triplet", "nngk")]
     assert len(others) == 5 and not any("margin" in c.loss_params for c in others)
     one_line_error(invoke(*base, "--loss-param", "temperature=1"), "no loss of nngk, softmax")
-    one_line_error(invoke(*base, "--loss-param", "miner=all"), "the suite sets it itself")
+    one_line_error(invoke(*base, "--loss-param", "miner=all"), "the set of losses sets it itself")
 
 
 def test_seed_is_one_option_in_every_command_with_the_old_spelling_kept():

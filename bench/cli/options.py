@@ -11,6 +11,8 @@ from typing import Callable
 
 import click
 
+from bench.cli.loss_sets import LOSS_HELP
+
 DEFAULT_RESULTS = Path("results")
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
@@ -51,7 +53,7 @@ def int_list(what: str) -> Callable:
 
 
 # The commands' own options, shared by `run`, `suite` and `tune` where they mean the same.
-LOSS = click.option("--loss", default="nngk", show_default=True, help="Loss name (see `losses`).")
+LOSS = click.option("--loss", default="nngk", show_default=True, help=LOSS_HELP)
 DATASET = click.option(
     "--dataset",
     default="glyphs",

@@ -166,12 +166,51 @@ def check_built(loss: str, params: dict[str, Any]) -> None:
 def params_for_each(losses: list[str], pairs: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Each loss's share of the --loss-param pairs (`suite`, `tune`): a parameter applies to
     every loss that takes it; one that none of them takes is a ValueError."""
+    plan = [(loss, {}) for loss in dict.fromkeys(losses)]
+    found = shared_params(plan, pairs)
+    return {loss: params for (loss, _), params in zip(plan, found, strict=True)}
+
+
+def planned_params(
+    plan: list[tuple[str, dict]], pairs: dict[str, str], aliases: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """The parameters of each planned (loss, its set's parameters): for one loss, every
+    parameter given is its own (`loss_params`); for several, a parameter applies to each
+    loss that takes it. A ValueError for one that the plan's set gives itself (the triplet
+    miners of `paper`) or that no loss of the plan takes."""
+    aliases = aliases or {}
+    if len(plan) == 1:
+        loss, own = plan[0]
+        return [{**own, **loss_params(loss, pairs, aliases)}]
+    for name in (*aliases, *pairs):
+        if any(name in own for _, own in plan):
+            raise ValueError(
+                f"{spelled(name, aliases)}: the set of losses sets it itself (each triplet "
+                "miner); name the losses instead, e.g. --loss triplet,nngk"
+            )
+    return shared_params(plan, pairs, aliases)
+
+
+def shared_params(
+    plan: list[tuple[str, dict]], pairs: dict[str, str], aliases: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Each planned loss's own parameters and its share of those given: the ones it takes."""
     from losses import loss_defaults
 
-    taken = {loss: {n: t for n, t in pairs.items() if n in loss_defaults(loss)} for loss in losses}
-    unused = [name for name in pairs if not any(name in given for given in taken.values())]
+    aliases = aliases or {}
+    takes_ = [loss_defaults(loss) for loss, _ in plan]
+    unused = [name for name in (*aliases, *pairs) if not any(name in t for t in takes_)]
     if unused:
-        raise ValueError(
-            f"no loss of {', '.join(dict.fromkeys(losses))} takes --loss-param {unused[0]}"
-        )
-    return {loss: loss_params(loss, given) for loss, given in taken.items()}
+        losses = ", ".join(dict.fromkeys(loss for loss, _ in plan))
+        raise ValueError(f"no loss of {losses} takes {spelled(unused[0], aliases)}")
+    return [
+        {
+            **own,
+            **loss_params(
+                loss,
+                {n: v for n, v in pairs.items() if n in taken},
+                {n: v for n, v in aliases.items() if n in taken},
+            ),
+        }
+        for (loss, own), taken in zip(plan, takes_, strict=True)
+    ]

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
+from bench.cli.loss_sets import planned_losses
 from bench.cli.options import DATASET, DEVICE, FORCE, LOSS, NPROC, RESULTS, dims_option, seed_option
-from bench.cli.params import given_params, loss_param_options, loss_params
+from bench.cli.params import given_params, loss_param_options, planned_params
 from bench.cli.rerun import check_nothing_else, check_same_run, read_record, recorded_config
 from bench.cli.settings import setting_options, settings_from
 from bench.cli.training import checked_device, checked_runs, identified
@@ -18,11 +19,15 @@ from bench.runs.config import RunConfig
 
 
 def check_choices(loss: str, dataset: str) -> None:
-    """A ValueError naming the valid choices for an unknown loss or data set."""
-    from bench.data.datasets import check_dataset
-    from losses import get_loss_class
+    """A ValueError naming the valid choices, the nearest first, for an unknown loss (or
+    list or set of losses) or data set: the names checked before torch is imported, a glyphs
+    set's parameters after."""
+    from bench.data.names import check_dataset_name
 
-    get_loss_class(loss)
+    planned_losses(loss)
+    check_dataset_name(dataset)
+    from bench.data.datasets import check_dataset
+
     check_dataset(dataset)
 
 
@@ -56,7 +61,8 @@ def check_choices(loss: str, dataset: str) -> None:
 @click.pass_context
 def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, device, nproc,
         **options):  # fmt: skip
-    """Train and evaluate LOSS on DATASET, one run per embedding size and seed."""
+    """Train and evaluate each LOSS on DATASET, one run per loss, embedding size and seed;
+    the data set's baselines first. With several losses and seeds, `report` compares them."""
     dispatch = dispatch_from(options)
     if config is not None:
         configs = [rerun_config(ctx, config)]
@@ -77,20 +83,23 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
 def planned_configs(
     loss: str, dataset: str, dims: tuple[int, ...] | None, seeds: tuple[int, ...], options: dict
 ) -> list[RunConfig]:
-    """A config per embedding size and seed: the preset's settings, the options' on top."""
+    """A config per loss of `loss` (a name, a list or a set), embedding size and seed: the
+    preset's settings, the options' on top."""
     settings = settings_from(options)
     try:
         check_choices(loss, dataset)
-        params = loss_params(loss, *given_params(options))
+        plan = planned_losses(loss)
+        params = planned_params(plan, *given_params(options))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     protocol = settings.pop("protocol")  # make_configs takes these two by name
     preset = settings.pop("preset") or ""
     return [
         c
+        for (name, _), given in zip(plan, params, strict=True)
         for s in seeds
         for c in checked_configs(
-            dataset, loss, dims, params, protocol=protocol, preset=preset, seed=s, **settings
+            dataset, name, dims, given, protocol=protocol, preset=preset, seed=s, **settings
         )
     ]
 

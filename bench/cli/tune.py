@@ -97,6 +97,16 @@ def tune(
     on validation classes, its shipped default the first trial, the trials that trail pruned
     after each epoch; retrain the best with SEEDS. Run it in several processes or on several
     machines (one --storage) to share the trials, or as --jobs submitit jobs."""
+    from bench.cli.loss_sets import check_loss_name
+    from bench.data.names import check_dataset_name
+
+    names = [name.strip() for name in losses.split(",") if name.strip()]
+    try:  # the names before torch is imported
+        for name in names:
+            check_loss_name(name)
+        check_dataset_name(dataset)
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
     from bench.cli.run import check_choices
     from bench.runs.config import RunConfig
     from bench.tune.study import (
@@ -117,8 +127,6 @@ def tune(
         k: v for k, v in settings_from(jobs, HELD).items() if v not in (None, getattr(defaults, k))
     }
     dispatch = dispatch_from(jobs)
-
-    names = [name for name in losses.split(",") if name]
     if cross_validate and folds < 2:
         raise click.ClickException(
             f"--cross-validate trains a model per class fold: give --folds 2 or more, not {folds}"

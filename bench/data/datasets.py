@@ -16,9 +16,9 @@ from torch.utils.data import Dataset
 from bench.data.crops import Crops
 from bench.data.feature_files import load_feature_file
 from bench.data.glyphs import GlyphSpec, is_glyphs, load_glyphs
-from bench.data.image_cache import build_cache
+from bench.data.image_cache import build_cache, images_cache_dir
 from bench.data.images import CachedImages
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, check_dataset_name
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102
@@ -219,16 +219,6 @@ def default_data_root() -> Path:
     return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
 
 
-def cache_dir_for(root: Path) -> Path:
-    """$NNGK_CACHE, else `.nngk-cache` beside the data, else the user's cache folder."""
-    if os.environ.get("NNGK_CACHE"):
-        return Path(os.environ["NNGK_CACHE"])
-    beside = Path(root) / ".nngk-cache"
-    if os.access(root, os.W_OK) or os.access(beside, os.W_OK):
-        return beside
-    return Path.home() / ".cache" / "nngk-bench"
-
-
 def read_table(name: str, data_root: Path) -> tuple[pd.DataFrame, Path]:
     """The image table of a data set and the folder it was read from."""
     if name.startswith(FOLDER_PREFIX):
@@ -256,7 +246,7 @@ def image_splits(
         table = table[table["source"] == "field"].reset_index(drop=True)
     splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
     cache = build_cache(
-        table["path"].tolist(), boxes_for(table, protocol), resize, cache_dir_for(root)
+        table["path"].tolist(), boxes_for(table, protocol), resize, images_cache_dir(root)
     )
     labels, order = training_classes_first(table["label"].to_numpy(), splits.train)
     eval_tf = Crops(crop, resize, crop_mode)
@@ -328,25 +318,12 @@ def boxes_for(table: pd.DataFrame, protocol: str) -> list | None:
     return [None if np.isnan(b).any() else list(b) for b in table[box_cols].to_numpy(float)]
 
 
-def dataset_names() -> list[str]:
-    return [
-        "digits",
-        *sorted(READERS),
-        "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X,first=N]",
-        f"{FOLDER_PREFIX}PATH",
-        f"{FEATURES_PREFIX}PATH.npz",
-    ]
-
-
 def check_dataset(name: str) -> None:
+    """A ValueError for a data set that is none of `dataset_names()`, or a glyphs set whose
+    parameters are wrong."""
+    check_dataset_name(name)
     if is_glyphs(name):
         GlyphSpec.parse(name)
-        return
-    prefixed = name.startswith((FOLDER_PREFIX, FEATURES_PREFIX))
-    if name != "digits" and name not in READERS and not prefixed:
-        raise ValueError(
-            f"unknown data set {name!r}; expected one of: {', '.join(dataset_names())}"
-        )
 
 
 def load_dataset(

@@ -31,10 +31,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bench.data.image_cache import remove_stale_parts
+from bench.data.image_cache import cache_folder, remove_stale_parts
+from bench.data.names import GLYPHS_NAME
 from bench.util.progress import log
 
-NAME = "glyphs"
+NAME = GLYPHS_NAME
 VERSION = 1  # bump when the images change, so that no cache of older images is read
 STROKES = (2, 4)  # strokes per class, inclusive
 POINTS = 24  # points sampled along each stroke
@@ -205,13 +206,6 @@ def generate(spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray]:
             spec, chunk
         )
     return images, set_labels(spec)
-
-
-def cache_folder() -> Path:
-    """$NNGK_CACHE, else the user's cache folder (never the checkout)."""
-    if os.environ.get("NNGK_CACHE"):
-        return Path(os.environ["NNGK_CACHE"])
-    return Path.home() / ".cache" / "nngk-bench"
 
 
 def read_cache(path: Path, spec: GlyphSpec) -> tuple[np.ndarray, np.ndarray] | str:

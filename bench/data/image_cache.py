@@ -2,10 +2,11 @@
 
 Decoding a JPEG costs more than a small network's step on the CPU, so every image is decoded,
 cropped (to its bounding box where the protocol says so) and resized once, its shorter side to
-the protocol's size and its aspect ratio kept, into a memory-mapped `.npy` file beside the data;
-later epochs read raw pixels from it (`bench.data.images`), and crops are made per batch
-(`bench.data.crops`). The images differ in shape, so the file holds them one after another,
-flat, and a second small file (`.sizes.npy`) their heights and widths.
+the protocol's size and its aspect ratio kept, into a memory-mapped `.npy` file in the cache
+folder (`images_cache_dir`; never in the user's data folder); later epochs read raw pixels from
+it (`bench.data.images`), and crops are made per batch (`bench.data.crops`). The images differ
+in shape, so the file holds them one after another, flat, and a second small file
+(`.sizes.npy`) their heights and widths.
 
 The longer side is at most MAX_ASPECT times the size, as torchvision's Resize(size,
 max_size=MAX_ASPECT * size) gives it: an image more elongated than that has its shorter side
@@ -26,6 +27,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from bench.util.names import safe_name
 from bench.util.progress import log
 
 MAX_PIXELS_VARIABLE = "NNGK_MAX_IMAGE_PIXELS"
@@ -128,6 +130,22 @@ def file_stats(paths: list[str]) -> list[tuple[int, int]]:
             raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
         stats.append((st.st_size, st.st_mtime_ns))
     return stats
+
+
+def cache_folder() -> Path:
+    """$NNGK_CACHE, else the user's cache folder: never the checkout, never a data folder."""
+    if os.environ.get("NNGK_CACHE"):
+        return Path(os.environ["NNGK_CACHE"])
+    return Path.home() / ".cache" / "nngk-bench"
+
+
+def images_cache_dir(root: Path) -> Path:
+    """Where the decoded images of the data under `root` are cached: a folder of the cache
+    folder named by `root`'s resolved path (two data folders of one name never share it).
+    Nothing is written into the user's data."""
+    resolved = Path(root).expanduser().resolve()
+    digest = hashlib.sha1(str(resolved).encode()).hexdigest()[:12]
+    return cache_folder() / "images" / f"{safe_name(resolved.name or 'root')}-{digest}"
 
 
 def cache_key(paths: list[str], boxes: list | None, size: int) -> str:

@@ -6,3 +6,41 @@ FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (feature_f
 FOLDER_PREFIX = "folder:"
 # `nngk-bench pretrain`'s source: glyphs classes 1000-1999, none of the benchmark's 0-199.
 PRETRAIN_SOURCE = "glyphs:first=1000,classes=1000"
+GLYPHS_NAME = "glyphs"
+# The data sets read from their official layouts (datasets.py READERS, tested equal).
+READER_NAMES = (
+    "cars196",
+    "cub",
+    "tinyimagenet",
+    "flowers102",
+    "leafsnap",
+    "sop",
+    "inshop",
+    "inaturalist",
+)
+
+
+def dataset_names() -> list[str]:
+    """Every data set `--dataset` takes, as the help and the errors show them."""
+    return [
+        "digits",
+        *sorted(READER_NAMES),
+        "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X,first=N]",
+        f"{FOLDER_PREFIX}PATH",
+        f"{FEATURES_PREFIX}PATH.npz",
+    ]
+
+
+def check_dataset_name(name: str) -> None:
+    """A ValueError naming the data sets, the nearest first, for a name that is none of them
+    (a glyphs set's parameters are checked where it is made)."""
+    from bench.util.errors import did_you_mean
+
+    if name in ("digits", *READER_NAMES) or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
+        return
+    if name == GLYPHS_NAME or name.startswith(GLYPHS_NAME + ":"):
+        return
+    close = did_you_mean(name, ["digits", GLYPHS_NAME, *READER_NAMES])
+    raise ValueError(
+        f"unknown data set {name!r}{close}; expected one of: {', '.join(dataset_names())}"
+    )

@@ -25,3 +25,12 @@ def check_known(kind: str, name: str, given: Iterable[str], defaults: Mapping[st
 def takes(defaults: Mapping[str, Any]) -> str:
     """'sigma=1.0, k=100', or 'no parameters'."""
     return ", ".join(f"{name}={value}" for name, value in defaults.items()) or "no parameters"
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """' (did you mean nngk?)' where a choice is close to `name` (difflib's ratio of 0.6 or
+    more, the closest first); '' where none is."""
+    import difflib
+
+    close = difflib.get_close_matches(name, list(choices), n=3)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bench.util.errors import did_you_mean
+
 
 def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -37,6 +39,7 @@ class Registry(dict):
     def get_class(self, name: str) -> type:
         if name not in self:
             raise ValueError(
-                f"unknown {self.kind} {name!r}; expected one of: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}{did_you_mean(name, self.names())}; expected "
+                f"one of: {', '.join(self.names())}"
             )
         return self[name]
