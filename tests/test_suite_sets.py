@@ -59,20 +59,23 @@ def test_a_bad_set_is_a_one_line_error(args, message):
     one_line_error(invoke(*DIGITS, *args), message)
 
 
-def test_the_report_groups_rows_by_family_in_their_order(tmp_path):
+def test_the_report_ranks_rows_by_map_at_r_and_shows_their_family(tmp_path):
     r = tmp_path / "results"
-    make_run(r, "base", loss="untrained", dims=16)
-    for loss, family in [("zeta", "ranking"), ("nngk", "paper"), ("alpha", "proxy")]:
-        make_run(r, loss, loss=loss, family=family, dims=16)
-    make_run(r, "old", loss="contrastive", dims=16)  # recorded before families: today's
+    make_run(r, "base", loss="untrained", dims=16, **{"map@r": 0.9})
+    runs = [("zeta", "ranking", 0.3), ("nngk", "paper", 0.2), ("alpha", "proxy", 0.5)]
+    for loss, family, value in runs:
+        make_run(r, loss, loss=loss, family=family, dims=16, **{"map@r": value})
+    make_run(r, "old", loss="contrastive", dims=16, **{"map@r": 0.4})  # before families
     write_report(r, tmp_path / "out")
     rows = md_rows((tmp_path / "out" / "digits.md").read_text())
     assert rows[0][:3] == ["loss", "family", "dims"]
-    assert [row[:2] for row in rows[1:] if row[1]] == [
-        ["contrastive", "paper"],
-        ["nngk", "paper"],
+    # The baseline first, however high; then best first.
+    assert [row[:2] for row in rows[1:]] == [
+        ["raw inputs", ""],
         ["alpha", "proxy"],
+        ["contrastive", "paper"],
         ["zeta", "ranking"],
+        ["nngk", "paper"],
     ]
 
 

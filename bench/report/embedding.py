@@ -8,6 +8,7 @@ import pandas as pd
 
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.report import figures
+from bench.report.answer import answer_text
 from bench.report.reference import reference_rows
 from bench.report.runs import (
     BASELINE_LOSS,
@@ -28,7 +29,6 @@ from bench.report.table_format import (
     one_per_seed,
     percent,
 )
-from losses.base import FAMILIES
 
 
 def protocol_metrics(df: pd.DataFrame) -> list[str]:
@@ -38,6 +38,7 @@ def protocol_metrics(df: pd.DataFrame) -> list[str]:
 
 
 KEYS = ["name", "dims"]
+RANKED_BY = ("map@r", "recall@1")  # what orders a table's trained rows, the first recorded
 RETRIEVAL = [k for k in METRIC_KEYS if k != "nmi"]  # a NaN here: a run gone wrong
 
 
@@ -60,21 +61,25 @@ def summarise(df: pd.DataFrame) -> pd.DataFrame:
     table = table.reset_index().merge(setup_columns(df, ["name", "dims"]), on=["name", "dims"])
     table = table.rename(columns={"name": "method"})
     baselines = set(df.loc[df["loss"] == BASELINE_LOSS, "name"])
-    table["_order"] = (~table["method"].isin(baselines)).astype(int)
     family = column_or_nan(df, "family", "").fillna("").groupby(df["name"]).first()
     table["family"] = table["method"].map(family).fillna("")
-    table["_family"] = table["family"].map(family_rank)
-    order = ["_order", "_family", "method", "dims"]
-    table = table.sort_values(order).drop(columns=["_order", "_family"])
-    # One family (every table before today's losses): no column for it, the same bytes.
+    table = ranked_rows(table, baselines)
+    # One family (every table before today's losses): no column for it.
     return (
         table if table["family"].replace("", np.nan).nunique() > 1 else table.drop(columns="family")
     )
 
 
-def family_rank(family: str) -> int:
-    """A family's place in the tables (FAMILIES' order; an unknown one after them)."""
-    return FAMILIES.index(family) if family in FAMILIES else len(FAMILIES)
+def ranked_rows(table: pd.DataFrame, baselines: set[str]) -> pd.DataFrame:
+    """The baselines first, then each size's trained rows by the ranking metric (`RANKED_BY`:
+    MAP@R, else R@1 where no run has MAP@R), best first; ties by name."""
+    by = next((m for m in RANKED_BY if table[f"{m}_mean"].notna().any()), RANKED_BY[-1])
+    order = table.assign(
+        _trained=table["method"].isin(baselines).map({True: 0, False: 1}),
+        _score=-table[f"{by}_mean"].fillna(-np.inf),
+    )
+    keys = ["_trained", "dims", "_score", "method"]
+    return order.sort_values(keys, kind="stable").drop(columns=["_trained", "_score"])
 
 
 def marks_of(differences: pd.DataFrame) -> dict[tuple[str, int, str], tuple[bool, str]]:
@@ -99,7 +104,9 @@ def markdown_table(
     setup: str = "",
     differences: pd.DataFrame | None = None,
     baselines: frozenset[str] = frozenset(),
+    answer: str = "",
 ) -> str:
+    """The table under its answer (`bench.report.answer`) and setup, its legend below it."""
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     keys = (*METRIC_KEYS, *extra, "init_map@r")
     marks = marks_of(differences) if differences is not None else {}
@@ -137,9 +144,12 @@ def markdown_table(
     ]
     return (
         f"# {dataset}: embedding results on the test split\n\n"
+        + (f"{answer}\n" if answer else "")
         + (f"{setup}\n\n" if setup else "")
-        + f"Metrics x100, {INTERVAL}. runs = distinct seeds; copies of a seed count once, as "
-        "their mean. "
+        + github_table(rows, headers)
+        + f"\nMetrics x100, {INTERVAL}. Rows: the baselines, then each size's trained rows by "
+        "MAP@R (R@1 where no run has it), best first. runs = distinct seeds; copies of a seed "
+        "count once, as their mean. "
         + (significance_note(differences) if differences is not None and len(differences) else "")
         + "NMI: one k-means run, as PML's AccuracyCalculator computes it (faiss, 20 "
         "iterations); NMI (best of 5): the best of 5 restarts, what earlier versions called "
@@ -148,9 +158,7 @@ def markdown_table(
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "
-        "evaluated the same way.\n\n"
-        + github_table(rows, headers)
-        + below_baselines_note(summary, baselines)
+        "evaluated the same way.\n" + below_baselines_note(summary, baselines)
     )
 
 
@@ -252,7 +260,8 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
     differences = compare_rows(trained_runs(part), reference)
     baselines = frozenset(part.loc[part["loss"] == BASELINE_LOSS, "name"])
-    text = markdown_table(summary, table, setup_line(part), differences, baselines)
+    answer = answer_text(summary, differences, trained_runs(part))
+    text = markdown_table(summary, table, setup_line(part), differences, baselines, answer)
     files = {
         f"{table}.md": (text + paper_markdown(papers)).encode(),
         f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),

@@ -1,0 +1,112 @@
+"""The answer a table leads with (issue 42): per size and metric the best row, its margin over
+the next and whether it holds beyond the seeds, the table under it and its legend below; with
+fewer than 3 seeds, that intervals and marks need more."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from bench.report.answer import answer_text
+from bench.report.write import write_report
+from tests.test_report_tables import make_run
+from tests.test_significance import embedded_run
+
+
+def answer_lines(text: str) -> list[str]:
+    """The answer's lines: the list between the title and the setup."""
+    head = text.split("Setup:")[0]
+    return [line[2:] for line in head.splitlines() if line.startswith("- ")]
+
+
+def test_a_clear_winner_is_named_with_its_margin_and_significance(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.5)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    write_report(r, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    lines = answer_lines(text)
+    assert [line.split(":")[0] for line in lines] == ["16-d, R@1", "16-d, MAP@R", "16-d, NMI"]
+    summary = pd.read_csv(tmp_path / "rep" / "digits.csv").set_index("method")
+    best, second = summary.loc["contrastive", "map@r_mean"], summary.loc["lifted", "map@r_mean"]
+    margin = f"{100 * best:.2f}, {100 * (best - second):.2f} above lifted ({100 * second:.2f})"
+    assert lines[1].startswith(f"16-d, MAP@R: **contrastive** {margin}; significant over 3 seeds")
+    assert "bootstrap over test queries and seeds" in lines[1]
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    pair = differences[(differences["name"] == "lifted") & (differences["metric"] == "map@r")]
+    assert f"p = {pair['p_seeds'].item():.3f}" in lines[1]
+    # NMI has no per-query score: Welch's test over the seeds alone, its p as scipy's.
+    assert "Welch's t-test over the seeds, p = " in lines[2] and "bootstrap" not in lines[2]
+    # The answer, then the setup, the table, and the legend below the table.
+    assert (
+        text.index("- 16-d")
+        < text.index("Setup:")
+        < text.index("| loss")
+        < text.index("Metrics x100")
+    )
+
+
+def test_a_tie_is_called_a_tie():
+    summary, trained = rows_of({"a": [0.50, 0.60, 0.70], "b": [0.55, 0.58, 0.66]})
+    (line, *_) = answer_text(summary, None, trained).splitlines()
+    p = stats.ttest_ind([0.50, 0.60, 0.70], [0.55, 0.58, 0.66], equal_var=False).pvalue
+    assert line == (
+        "- 16-d, R@1: **a** 60.00, 0.33 above b (59.67); not significant (a tie within the "
+        f"seeds' spread) over 3 seeds (Welch's t-test over the seeds, p = {p:.3f})."
+    )
+
+
+def test_fewer_than_three_seeds_say_that_more_are_needed(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(2):
+        make_run(r, f"a{seed}", loss="contrastive", seed=seed, **{"recall@1": 0.6 + seed / 10})
+        make_run(r, f"b{seed}", loss="lifted", seed=seed, **{"recall@1": 0.3 + seed / 10})
+    write_report(r, tmp_path / "rep")
+    lines = answer_lines((tmp_path / "rep" / "digits.md").read_text())
+    assert lines[0].startswith("16-d, R@1: **contrastive** 65.00, 30.00 above lifted (35.00)")
+    assert lines[-1].startswith("With 2 seeds a row, the intervals are too wide to read")
+    assert "need 3 seeds or more (`--seed 0,1,2`)" in lines[-1]
+
+
+def test_one_seed_is_not_tested_and_one_row_is_the_only_one():
+    summary, trained = rows_of({"a": [0.7], "b": [0.6]})
+    lines = answer_text(summary, None, trained).splitlines()
+    assert lines[0].endswith(
+        "10.00 above b (60.00); not tested (1 seed a row; a row needs 3 or more)."
+    )
+    assert lines[-1].startswith("- With 1 seed a row")
+    summary, trained = rows_of({"a": [0.7, 0.8, 0.75]})
+    assert answer_text(summary, None, trained).splitlines() == [
+        "- 16-d, R@1: **a** 75.00, the only trained row."
+    ]
+
+
+def rows_of(values: dict[str, list[float]]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A summary (R@1 only, 16-d) and its trained runs: a run per row and seed."""
+    trained = pd.DataFrame(
+        [
+            {"name": name, "dims": 16, "seed": seed, "recall@1": v}
+            for name, seeds in values.items()
+            for seed, v in enumerate(seeds)
+        ]
+    )
+    summary = pd.DataFrame(
+        [
+            {"method": name, "dims": 16, "recall@1_mean": np.mean(v), "runs": len(v)}
+            for name, v in values.items()
+        ]
+    )
+    return summary, trained
+
+
+def test_the_answer_leads_index_html_too(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        make_run(r, f"a{seed}", loss="contrastive", seed=seed, **{"recall@1": 0.6 + seed / 10})
+    write_report(r, tmp_path / "rep")
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert re.search(r"16-d, R@1: <(b|strong)>contrastive</(b|strong)> 70\.00", page)
