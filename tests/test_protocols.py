@@ -316,7 +316,7 @@ def test_classify_protocol_reports_test_accuracy(loss, tmp_path, monkeypatch):
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_accuracy" in history and "val_nll" in history
     # CUB is cropped to its boxes under this protocol: the cache holds the cropped images.
-    (cache,) = (tmp_path / "cache").glob("images-20-*[0-9a-f].npy")
+    (cache,) = (tmp_path / "cache").rglob("images-20-*[0-9a-f].npy")
     table = read_cub(root)
     first = load_image(table.loc[0, "path"], boxes_for(table, "classify")[0], 20)
     assert np.array_equal(cached(cache, len(table))[0], first)
