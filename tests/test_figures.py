@@ -360,3 +360,27 @@ def test_tunings_optuna_plots_leave_the_matplotlib_style_as_it_was(tmp_path):
     save_plots(study, tmp_path)
     assert (tmp_path / "history.png").is_file() and (tmp_path / "importance.png").is_file()
     assert dict(plt.rcParams) == before
+
+
+def test_a_method_keeps_its_colour_in_every_figure_of_a_table():
+    names = ["nngk", "contrastive", "triplet"]
+    with figures.method_colours(names):
+        everything = figures.hue_colours(sorted(names))
+        assert figures.hue_colours(["triplet"]) == [everything[2]]
+        assert figures.hue_colours(["triplet", "contrastive"]) == [everything[2], everything[0]]
+        # A hue that is not one of the table's methods (a size, a run): colours of its own.
+        assert figures.hue_colours(["64", "512"]) == figures.line_colours(2)
+    assert everything == figures.line_colours(3)
+    assert figures.hue_colours(["triplet"]) == figures.line_colours(1)  # outside a table
+
+
+def test_a_tsne_colours_and_names_the_ten_largest_classes_and_greys_the_rest():
+    labels = np.repeat(np.arange(30), np.arange(30) % 7 + 1)  # 1 to 7 points a class
+    colours = tsne._class_colours(labels)
+    named = [c for c, colour in colours.items() if colour != tsne.OTHER_CLASSES]
+    assert len(named) == 10
+    counts = np.bincount(labels)
+    assert min(counts[named]) >= max(np.delete(counts, named))
+    assert len(set(colours[c] for c in named)) == 10
+    few = tsne._class_colours(np.arange(4))
+    assert tsne.OTHER_CLASSES not in few.values() and len(set(few.values())) == 4

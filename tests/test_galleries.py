@@ -154,6 +154,18 @@ def test_a_small_example_frames_green_and_red_pixels():
     assert colour_pixels(red, RED) >= frame and colour_pixels(red, GREEN) == 0
 
 
+def test_a_gallery_says_what_its_frames_mean_above_it(monkeypatch):
+    titles = []
+    monkeypatch.setattr(gal, "grid_figure", lambda rows, title, widths: titles.append(title))
+    grey = np.full((10, 10, 3), 128, np.uint8)
+    emb, labels = np.arange(6.0)[:, None], np.array([0, 0, 1, 1, 2, 2])
+    gal.gallery_figure(lambda i: grey, emb, labels, np.array([0]), k=3, title="run x")
+    assert titles == [
+        "run x\neach row: a query (blue frame), then its 3 nearest test images, framed green "
+        "where of the query's class, red where of another"
+    ]
+
+
 def test_the_worst_gallery_shows_the_queries_of_lowest_average_precision(glyph_runs, monkeypatch):
     emb, labels = saved(glyph_runs[1][0])
     ap = hand_ap_at_r(emb, labels)

@@ -107,3 +107,25 @@ def test_a_quick_figure_says_nothing_more(caplog):
         pass
     assert [r.getMessage() for r in caplog.records] == ["drawing x.png: a quick one"]
     assert time.monotonic() - start < 1  # the heartbeat thread does not hold it up
+
+
+def test_several_runs_are_each_drawn_into_a_folder_of_their_name(tmp_path):
+    runs = [write_run(tmp_path / name, finished=True) for name in ("glyphs-a-1", "glyphs-a-2")]
+    args = ["visualize", *map(str, runs), "--no-gallery", "--max-points", "30"]
+    out = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "figs")])
+    assert out.exit_code == 0, out.output
+    for run in runs:
+        assert (tmp_path / "figs" / run.name / "tsne.png").stat().st_size > 0
+        assert str(tmp_path / "figs" / run.name / "similarity.png") in out.output
+    # Without --out each run's figures go into its own folder.
+    assert CliRunner().invoke(main, args).exit_code == 0
+    assert all((run / "tsne.png").is_file() for run in runs)
+
+
+def test_compare_with_several_runs_is_a_one_line_error_naming_them(tmp_path):
+    runs = [write_run(tmp_path / name, finished=True) for name in ("r1", "r2")]
+    other = write_run(tmp_path / "other", finished=True)
+    out = CliRunner().invoke(main, ["visualize", *map(str, runs), "--compare", str(other)])
+    (line,) = out.output.strip().splitlines()
+    assert out.exit_code == 2 and "--compare sets one run beside another, but 2 runs" in line
+    assert "(r1, r2)" in line and not list(tmp_path.rglob("*.png"))

@@ -1,4 +1,4 @@
-"""`nngk-bench visualize RUN_DIR`: one run's views of how its embedding generalizes."""
+"""`nngk-bench visualize RUN_DIR...`: each run's views of how its embedding generalizes."""
 
 from __future__ import annotations
 
@@ -13,12 +13,18 @@ from bench.util.progress import log
 
 
 @click.command()
-@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.argument(
+    "run_dirs",
+    nargs=-1,
+    required=True,
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+)
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
     default=None,
-    help="Folder for the PNGs (default: the run folder).",
+    help="Folder for the PNGs (default: each run's folder; with several runs, a folder of "
+    "each run's name in it).",
 )
 @click.option(
     "--max-points",
@@ -45,15 +51,32 @@ from bench.util.progress import log
 @click.option(
     "--k", default=5, show_default=True, type=click.IntRange(1), help="Retrieved images per query."
 )
-def visualize(run_dir, out, max_points, gallery, compare, queries, k):
-    """One run's views of how its embedding generalizes (Liu et al. 2019): joint t-SNE of training
-    and test embeddings, the same- vs different-class similarity scatter, and retrieval
-    galleries (query images with their nearest test images, framed green or red)."""
+def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
+    """Each run's views of how its embedding generalizes (Liu et al. 2019): joint t-SNE of
+    training and test embeddings, the same- vs different-class similarity scatter, and
+    retrieval galleries (query images with their nearest test images, framed green or red).
+    RUN_DIRS: one run folder or several (a shell pattern may match more than one)."""
+    runs = list(dict.fromkeys(run_dirs))
     if compare is not None and not gallery:
         raise click.UsageError("--compare draws a gallery; leave out --no-gallery")
-    for folder in (run_dir, compare):
+    if compare is not None and len(runs) > 1:
+        raise click.UsageError(
+            f"--compare sets one run beside another, but {len(runs)} runs were given "
+            f"({', '.join(r.name for r in runs)}); name one of them"
+        )
+    for folder in (*runs, compare):
         check_finished(folder)
-    out = out or run_dir
+    for run_dir in runs:
+        target = (out / run_dir.name if len(runs) > 1 else out) if out else run_dir
+        for path in visualize_one(run_dir, target, max_points, gallery, compare, queries, k):
+            click.echo(str(path))
+
+
+def visualize_one(
+    run_dir: Path, out: Path, max_points: int, gallery: bool, compare: Path | None,
+    queries: int, k: int,
+) -> list[Path]:  # fmt: skip
+    """One run's figures into `out`; a one-line error for what cannot be drawn."""
     log.info(f"visualize {run_dir}: loading its embeddings; the figures go to {out}")
     from bench.report.galleries import check_comparable
     from bench.report.visualize import visualize_run
@@ -66,8 +89,7 @@ def visualize(run_dir, out, max_points, gallery, compare, queries, k):
             written += galleries_or_note(run_dir, out, compare, queries, k)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
-    for path in written:
-        click.echo(str(path))
+    return written
 
 
 def galleries_or_note(

@@ -107,6 +107,34 @@ def line_colours(n: int) -> list:
     return sns.color_palette("husl" if n > 10 else "tab10", n_colors=max(n, 1))
 
 
+# Each method's colour while a table's figures are drawn (`method_colours`).
+_METHOD_COLOURS: dict[str, tuple] = {}
+
+
+@contextmanager
+def method_colours(names: Sequence[str]) -> Iterator[None]:
+    """While the block runs, a line of any of `names` (a table's methods) has one colour in
+    every figure, whichever of them a figure shows: a loss is the same colour throughout a
+    table's figures (the colours of `line_colours(len(names))`, the names sorted)."""
+    found = sorted(set(map(str, names)))
+    saved = dict(_METHOD_COLOURS)
+    _METHOD_COLOURS.clear()
+    _METHOD_COLOURS.update(zip(found, line_colours(len(found)), strict=False))
+    try:
+        yield
+    finally:
+        _METHOD_COLOURS.clear()
+        _METHOD_COLOURS.update(saved)
+
+
+def hue_colours(values: Sequence) -> list:
+    """The lines' colours of these hue values: the table's method colours where every value
+    is one of its methods, else `line_colours`."""
+    if values and all(str(v) in _METHOD_COLOURS for v in values):
+        return [_METHOD_COLOURS[str(v)] for v in values]
+    return line_colours(len(values))
+
+
 TITLE_WIDTH = 40  # characters of a panel's title line that fit over it
 
 
@@ -136,7 +164,7 @@ def mean_sd_lines(
         order = list(order) if order is not None else sorted(df[hue].unique())
         found = set(table.index.get_level_values(0))
         groups = [(v, table.xs(v, level=0) if v in found else table.iloc[:0]) for v in order]
-    colours = line_colours(len(groups))
+    colours = hue_colours([value for value, _ in groups])
     for i, (value, stats) in enumerate(groups):
         if not len(stats):
             continue

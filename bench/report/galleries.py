@@ -126,6 +126,13 @@ def scored_pairs(labels: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- figures
 
 
+# What a gallery's frames mean, said above it.
+FRAMES = (
+    "each row: a query (blue frame), then its {k} nearest test images, framed green where of "
+    "the query's class, red where of another"
+)
+
+
 def gallery_figure(
     images_of: ImagesOf,
     embeddings: np.ndarray,
@@ -147,7 +154,9 @@ def gallery_figure(
         ]
         for row, q in enumerate(queries)
     ]
-    return grid_figure(rows, title, [1.0] * (found.shape[1] + 1))
+    return grid_figure(
+        rows, f"{title}\n{FRAMES.format(k=found.shape[1])}".strip(), [1.0] * (found.shape[1] + 1)
+    )
 
 
 def side_by_side_figure(

@@ -23,7 +23,7 @@ from bench.runs import store
 from bench.runs.config import RunConfig
 from bench.util.errors import first_line
 
-THUMB = 64  # a gallery cell's image side, in pixels
+THUMB = 96  # a gallery cell's image side, in pixels: a glyph or a bird readable unclicked
 BORDER = 5  # its frame's width, in pixels
 GREEN = (44, 160, 44)  # matplotlib's tab:green: retrieved item of the query's class
 RED = (214, 39, 40)  # tab:red: of another class

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
 from sklearn.manifold import TSNE
 
 from bench.report.figures import TEST_COLOUR, TRAIN_COLOUR, figure_style, png_bytes, subplots
@@ -187,9 +188,32 @@ def yoked_tsne(
     return list(y)
 
 
+NAMED_CLASSES = 10  # classes a t-SNE colours and names; the others are grey
+OTHER_CLASSES = (0.8, 0.8, 0.8)
+
+
 def _class_colours(*labels: np.ndarray) -> dict:
-    classes = np.unique(np.concatenate([np.asarray(lab) for lab in labels]))
-    return dict(zip(classes.tolist(), sns.color_palette("husl", len(classes)), strict=True))
+    """A colour per class: the NAMED_CLASSES classes with the most points (the smaller label
+    first among equals) in tab10's colours, which a legend names; any others grey, since a
+    hundred hues cannot be told apart."""
+    classes, counts = np.unique(
+        np.concatenate([np.asarray(lab) for lab in labels]), return_counts=True
+    )
+    named = classes[np.argsort(-counts, kind="stable")[:NAMED_CLASSES]]
+    colours = dict(zip(sorted(named.tolist()), sns.color_palette("tab10", len(named)), strict=True))
+    return {c: colours.get(c, OTHER_CLASSES) for c in classes.tolist()}
+
+
+def _class_legend(fig, colours: dict) -> None:
+    """A legend under the panels naming the coloured classes, and the grey ones' count."""
+    named = [c for c, colour in colours.items() if colour != OTHER_CLASSES]
+    handles = [Line2D([], [], marker="o", linestyle="", color=colours[c]) for c in named]
+    texts = [f"class {c}" for c in named]
+    others = len(colours) - len(named)
+    if others:
+        handles.append(Line2D([], [], marker="o", linestyle="", color=OTHER_CLASSES))
+        texts.append(f"{others} other classes")
+    fig.legend(handles, texts, loc="outside lower center", ncols=min(len(texts), 6), fontsize=7)
 
 
 def _by_class(colours: dict, labels: np.ndarray) -> list:
@@ -228,6 +252,7 @@ def joint_tsne_figure(
         _points(axes[1], test, by_class, f"test by class ({len(test)})", limits)
         _points(axes[2], train, TRAIN_COLOUR, "", limits, alpha=0.5)
         _points(axes[2], test, TEST_COLOUR, "training (red) and test (blue)", limits, alpha=0.5)
+        _class_legend(fig, colours)
         return png_bytes(fig)
 
 
@@ -250,10 +275,12 @@ def yoked_tsne_figure(
     """The yoked layouts side by side on the same axes limits, points coloured by class."""
     if len(layouts) != len(titles) or not layouts:
         raise ValueError("one title per layout, and at least one layout")
-    point_colours = _by_class(_class_colours(labels), labels)
+    colours = _class_colours(labels)
+    point_colours = _by_class(colours, labels)
     limits = _limits(*layouts)
     with figure_style():
         fig, axes = subplots(len(layouts))
         for ax, layout, title in zip(axes, layouts, titles, strict=True):
             _points(ax, np.asarray(layout), point_colours, title, limits)
+        _class_legend(fig, colours)
         return png_bytes(fig)

@@ -15,6 +15,7 @@ from typing import TextIO
 import pandas as pd
 from tqdm import tqdm
 
+from bench.report import figures
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.embedding import embedding_files
@@ -60,16 +61,25 @@ def _build(
     name: str, runs: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
 ) -> Files:
     files: Files = {}
-    for builder in builders:
-        bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
-        try:
-            files.update(builder(runs, name))
-        except DamagedRun:
-            raise  # the table is built again without that run
-        except Exception as err:  # a file that no run can mend never stops the report
-            problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
-        bar.update()
+    names = runs["name"].dropna().unique() if "name" in runs else ()
+    with figures.method_colours(names):
+        for builder in builders:
+            _build_one(builder, name, runs, files, problems, bar)
     return files
+
+
+def _build_one(
+    builder: Callable, name: str, runs: pd.DataFrame, files: Files, problems: list[str], bar: tqdm
+) -> None:
+    """One builder's files into `files`; one that fails is named among the problems."""
+    bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
+    try:
+        files.update(builder(runs, name))
+    except DamagedRun:
+        raise  # the table is built again without that run
+    except Exception as err:  # a file that no run can mend never stops the report
+        problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
+    bar.update()
 
 
 def building_bar(parts: int, file: TextIO | None = None) -> tqdm:
