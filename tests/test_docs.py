@@ -313,10 +313,13 @@ def test_the_readme_is_short_and_keeps_its_commands():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_LINES
     lines = readme_block_lines()
-    main_job = "nngk-bench run --loss nngk --dataset glyphs && nngk-bench report"
+    main_job = (
+        "nngk-bench run --loss nngk,contrastive,triplet,proxy-anchor --dataset glyphs --dims 64 "
+        "--epochs 3 --seed 0,1,2 && nngk-bench report"
+    )
     assert any(x.startswith("python3 -m venv .venv") and x.endswith(main_job) for x in lines)
-    own = "nngk-bench run --loss nngk --dataset folder:my-images --backbone small_cnn "
-    assert own + "--pretrained none --resize 64 --crop 56" in lines
+    own = "nngk-bench run --loss paper --dataset folder:my-images --backbone small_cnn "
+    assert any(x.startswith(own + "--pretrained none --resize 64 --crop 56") for x in lines)
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     ci_test = ci[ci.index("# The README's test command:") + 1]
     assert any(x.startswith("python3 -m venv .venv") and x.endswith(ci_test) for x in lines), (

@@ -71,7 +71,7 @@ def verdict(
         a, b = (seed_values(trained, r["method"], dims, metric) for r in (best, second))
         p = per_seed_p_value(a, b)
         significant, test = bool(p < ALPHA), "Welch's t-test over the seeds"
-    shown = "" if np.isnan(p) else f", p = {p:.3f}"
+    shown = "" if np.isnan(p) else (", p < 0.001" if p < 0.001 else f", p = {p:.3f}")
     said = "significant" if significant else "not significant (a tie within the seeds' spread)"
     return f"{said} over {seeds} seeds ({test}{shown})"
 
