@@ -41,7 +41,7 @@ def test_a_clear_winner_is_named_with_its_margin_and_significance(tmp_path):
     p = pair["p_seeds"].item()
     assert (f"p = {p:.3f}" if p >= 0.001 else "p < 0.001") in lines[1]
     # NMI has no per-query score: Welch's test over the seeds alone, its p as scipy's.
-    assert "Welch's t-test over the seeds, p = " in lines[2] and "bootstrap" not in lines[2]
+    assert "(Welch's t-test over the seeds, p " in lines[2] and "bootstrap" not in lines[2]
     # The answer, then the setup, the table, and the legend below the table.
     assert (
         text.index("- 16-d")
