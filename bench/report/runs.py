@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -15,24 +16,33 @@ from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import METRIC_KEYS
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
-from bench.runs.config import RunConfig, canonical_preset, untrained_label, weights_label
+from bench.runs.config import (
+    NOT_HASHED,
+    RunConfig,
+    canonical_preset,
+    untrained_label,
+    weights_label,
+)
 from bench.util.names import safe_name
 from losses import loss_family
 
 BASELINE_LOSS = "untrained"
 RAW_BASELINE = "raw inputs"
-# Settings that new runs record in metrics.json; older runs have them in config.json only.
-SETTINGS = (
-    "backbone",
-    "pretrained",
-    "embedding",
-    "freeze_backbone",
-    "train_per_class",
-    "val_split",
-    "lr",
-    "epochs",
-    "batch_size",
-    "data_fingerprint",
+# What keys a run's row otherwise: its table (data set, protocol, preset), its method (loss;
+# its parameters as param_*), its size and seed; and what only locates the data or names the
+# study a tuned run came from.
+KEYED = ("dataset", "protocol", "loss", "loss_params", "dims", "seed", "data_location", "tuned")
+# Every other setting that changes what a run computes (RunConfig's hashed fields) sets its row
+# apart from runs that differ in it, the earlier ones in this order (their labels read as
+# before); new runs record them in metrics.json, older ones in config.json, or at the default.
+SETTINGS = tuple(
+    dict.fromkeys(
+        [
+            *("backbone", "pretrained", "embedding", "freeze_backbone", "train_per_class"),
+            *("val_split", "lr", "epochs", "batch_size", "data_fingerprint"),
+            *(f.name for f in fields(RunConfig) if f.name not in (*NOT_HASHED, *KEYED)),
+        ]
+    )
 )
 # Earlier versions' NMI and the protocols' own metrics, checked to be numbers where a run has
 # them.
@@ -215,6 +225,18 @@ def setting_text(column: str, value: object) -> str:
         "batch_size": lambda v: f"batch {format_value(v)}",
         "epochs": lambda v: f"{format_value(v)} epochs",
         "data_fingerprint": lambda v: f"data {v[:8]}" if v else "built-in data",
+        "m_per_class": lambda v: f"{format_value(v)} a class in a batch",
+        "memory": lambda v: f"memory {format_value(v)}" if v else "no memory",
+        "momentum": lambda v: f"momentum {format_value(v)}",
+        "weight_decay": lambda v: f"weight decay {format_value(v)}",
+        "val_fraction": lambda v: f"validation fraction {format_value(v)}",
+        "clustering": lambda v: f"clustering {v}",
+        "resize": lambda v: f"resize {format_value(v)}",
+        "crop": lambda v: f"crop {format_value(v)}",
+        "pad": lambda v: f"pad {format_value(v)}",
+        "crop_mode": lambda v: f"{v} crops",
+        # The optimizer's name: its recorded description repeats momentum and weight decay.
+        "optimizer": lambda v: str(v).split(" (")[0],
     }
     if column in texts:
         return texts[column](value)
@@ -229,13 +251,18 @@ def _varying(df: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, pd.Ind
     learning rate per loss, is in the setup instead); a loss parameter that does within a
     loss and size labels that loss."""
     trained = df[df["loss"] != BASELINE_LOSS]
-    by_method = trained.groupby("method")
-    found = [(c, trained.index) for c in SETTINGS if c in df and (by_method[c].nunique() > 1).any()]
+    found = [(c, trained.index) for c in SETTINGS if c in df and read_apart(trained, c)]
     for column in sorted(c for c in df.columns if c.startswith("param_")):
         for _, runs in trained.groupby("loss", sort=True):
             if (runs.groupby("dims")[column].nunique() > 1).any():
                 found.append((column, runs.index))
     return [(c, rows) for c, rows in found if c not in exclude]
+
+
+def read_apart(trained: pd.DataFrame, column: str) -> bool:
+    """Whether a setting reads differently (`setting_text`) among one method's runs."""
+    texts = trained[column].map(lambda v: setting_text(column, v))
+    return bool((texts.groupby(trained["method"]).nunique() > 1).any())
 
 
 def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
@@ -256,7 +283,7 @@ def tied_settings(df: pd.DataFrame) -> list[str]:
     method's runs of one regime (backbone, weights, validation split, ...): a tuned setting
     chosen per loss and start, rather than a sweep over it. The figures keep them out of the
     panels, so a table of tuned rows gets a panel per regime, not one per row."""
-    own = [c for c in df.columns if c == "lr" or c.startswith("param_")]
+    own = [c for c in df.columns if c in ("lr", "weight_decay") or c.startswith("param_")]
     trained = df[df["loss"] != BASELINE_LOSS]
     if not own or not len(trained):
         return own

@@ -1,0 +1,69 @@
+"""A row of a table is one configuration (issue 43): runs that differ in any setting that changes
+what a run computes are rows of their own, named by what differs; the settings that tell rows
+apart are RunConfig's hashed fields, not a list kept by hand."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from bench.report.runs import KEYED, SETTINGS, load_runs
+from bench.report.write import write_report
+from bench.runs.config import NOT_HASHED, RunConfig
+from tests.test_report_tables import make_run, md_rows
+
+# Each a run of contrastive on digits beside the plain one: --momentum 0.5, --optimizer adam,
+# --val-fraction 0.3, --memory 128, --weight-decay 0.01, --resize 16 --crop 16 (issue 43).
+VARIANTS = {
+    "momentum": ({"momentum": 0.5}, "momentum 0.5"),
+    "adam": ({"optimizer": "adam"}, "adam"),
+    "val": ({"val_fraction": 0.3}, "validation fraction 0.3"),
+    "memory": ({"memory": 128}, "memory 128"),
+    "decay": ({"weight_decay": 0.01}, "weight decay 0.01"),
+    "crop": ({"resize": 16, "crop": 16}, "resize 16, crop 16"),
+}
+
+
+def test_every_setting_that_changes_a_run_tells_rows_apart():
+    hashed = {f.name for f in fields(RunConfig)} - set(NOT_HASHED) - set(KEYED)
+    assert set(SETTINGS) == hashed
+
+
+def contrastive(results, name, recall, **config):
+    plain = RunConfig(dataset="digits", loss="contrastive", dims=16, epochs=2).to_dict()
+    return make_run(
+        results, name, config={**plain, **config}, loss="contrastive", **{"recall@1": recall}
+    )
+
+
+def test_runs_of_other_settings_are_rows_of_their_own(tmp_path):
+    r = tmp_path / "r"
+    make_run(r, "base", loss="untrained", dims=16)
+    contrastive(r, "plain", 0.9375)
+    for i, (name, (config, _)) in enumerate(VARIANTS.items()):
+        contrastive(r, name, 0.90 + i / 100, **config)
+    df, problems = load_runs(r)
+    assert not problems
+    names = set(df.loc[df["loss"] == "contrastive", "name"])
+    assert len(names) == 1 + len(VARIANTS)
+    for _, label in VARIANTS.values():
+        assert any(label in name for name in names), (label, names)
+    write_report(r, tmp_path / "out")
+    rows = md_rows((tmp_path / "out" / "digits.md").read_text())
+    trained = [row for row in rows[1:] if row[0].startswith("contrastive")]
+    assert len(trained) == 1 + len(VARIANTS) and all(row[-1] == "1" for row in trained)
+    # Every row names the settings that vary: the plain run's is its own R@1, not a mean of
+    # several configurations taken as one seed.
+    defaults = ("no memory", "sgd", "momentum 0.9", "weight decay 0.0005", "fraction 0.2", "224")
+    (plain,) = [row for row in trained if all(d in row[0] for d in defaults)]
+    assert plain[2] == "93.75"
+
+
+@pytest.mark.parametrize("same", [{"workers": 4}, {"log": "tensorboard"}, {"data_root": "/x"}])
+def test_what_does_not_change_a_run_keeps_it_in_its_row(tmp_path, same):
+    r = tmp_path / "r"
+    contrastive(r, "a", 0.5)
+    contrastive(r, "b", 0.7, seed=1, **same)
+    df, _ = load_runs(r)
+    assert set(df["name"]) == {"contrastive"}
