@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 from sklearn.metrics import precision_recall_curve
 
-from bench.report import figures, similarity, tsne
+from bench.report import colours, figures, similarity, tsne
 from bench.util.knn import knn
 
 PNG = b"\x89PNG"
@@ -364,14 +364,14 @@ def test_tunings_optuna_plots_leave_the_matplotlib_style_as_it_was(tmp_path):
 
 def test_a_method_keeps_its_colour_in_every_figure_of_a_table():
     names = ["nngk", "contrastive", "triplet"]
-    with figures.method_colours(names):
-        everything = figures.hue_colours(sorted(names))
-        assert figures.hue_colours(["triplet"]) == [everything[2]]
-        assert figures.hue_colours(["triplet", "contrastive"]) == [everything[2], everything[0]]
+    with colours.method_colours(names):
+        everything = colours.hue_colours(sorted(names))
+        assert colours.hue_colours(["triplet"]) == [everything[2]]
+        assert colours.hue_colours(["triplet", "contrastive"]) == [everything[2], everything[0]]
         # A hue that is not one of the table's methods (a size, a run): colours of its own.
-        assert figures.hue_colours(["64", "512"]) == figures.line_colours(2)
-    assert everything == figures.line_colours(3)
-    assert figures.hue_colours(["triplet"]) == figures.line_colours(1)  # outside a table
+        assert colours.hue_colours(["64", "512"]) == colours.line_colours(2)
+    assert everything == colours.line_colours(3)
+    assert colours.hue_colours(["triplet"]) == colours.line_colours(1)  # outside a table
 
 
 def test_a_tsne_colours_and_names_the_ten_largest_classes_and_greys_the_rest():

@@ -24,6 +24,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 
+from bench.report.colours import hue_colours, line_colours  # noqa: E402
+
 DPI = 100
 PANEL = (4.2, 3.6)  # inches per panel
 SAME_CLASS_COLOUR = "tab:cyan"  # Liu et al. 2019 Fig. 2: closer to the same class
@@ -99,40 +101,6 @@ def _require(df: pd.DataFrame, columns: Sequence[str]) -> None:
         raise ValueError(f"the table lacks {', '.join(missing)}")
     if not len(df):
         raise ValueError("the table has no rows")
-
-
-def line_colours(n: int) -> list:
-    """n distinct colours: matplotlib's ten (named, not the current style's cycle, which a
-    library may have changed), or evenly spaced hues beyond ten (the ten repeat)."""
-    return sns.color_palette("husl" if n > 10 else "tab10", n_colors=max(n, 1))
-
-
-# Each method's colour while a table's figures are drawn (`method_colours`).
-_METHOD_COLOURS: dict[str, tuple] = {}
-
-
-@contextmanager
-def method_colours(names: Sequence[str]) -> Iterator[None]:
-    """While the block runs, a line of any of `names` (a table's methods) has one colour in
-    every figure, whichever of them a figure shows: a loss is the same colour throughout a
-    table's figures (the colours of `line_colours(len(names))`, the names sorted)."""
-    found = sorted(set(map(str, names)))
-    saved = dict(_METHOD_COLOURS)
-    _METHOD_COLOURS.clear()
-    _METHOD_COLOURS.update(zip(found, line_colours(len(found)), strict=False))
-    try:
-        yield
-    finally:
-        _METHOD_COLOURS.clear()
-        _METHOD_COLOURS.update(saved)
-
-
-def hue_colours(values: Sequence) -> list:
-    """The lines' colours of these hue values: the table's method colours where every value
-    is one of its methods, else `line_colours`."""
-    if values and all(str(v) in _METHOD_COLOURS for v in values):
-        return [_METHOD_COLOURS[str(v)] for v in values]
-    return line_colours(len(values))
 
 
 TITLE_WIDTH = 40  # characters of a panel's title line that fit over it

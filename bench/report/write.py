@@ -15,9 +15,9 @@ from typing import TextIO
 import pandas as pd
 from tqdm import tqdm
 
-from bench.report import figures
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
+from bench.report.colours import method_colours
 from bench.report.embedding import embedding_files
 from bench.report.folds import folds_files
 from bench.report.galleries import gallery_files
@@ -62,7 +62,7 @@ def _build(
 ) -> Files:
     files: Files = {}
     names = runs["name"].dropna().unique() if "name" in runs else ()
-    with figures.method_colours(names):
+    with method_colours(names):
         for builder in builders:
             _build_one(builder, name, runs, files, problems, bar)
     return files
