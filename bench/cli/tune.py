@@ -107,7 +107,7 @@ def tune(
         check_dataset_name(dataset)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
-    from bench.cli.run import check_choices
+    from bench.data.datasets import check_dataset
     from bench.runs.config import RunConfig
     from bench.tune.study import (
         TuneSetup,
@@ -132,8 +132,8 @@ def tune(
             f"--cross-validate trains a model per class fold: give --folds 2 or more, not {folds}"
         )
     try:
+        check_dataset(dataset)  # a glyphs set's parameters
         for name in names:
-            check_choices(name, dataset)
             check_memory_taken(name, held.get("memory", 0))
         fixed = params_for_each(names, name_values(loss_param))
     except ValueError as err:

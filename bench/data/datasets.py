@@ -15,10 +15,10 @@ from torch.utils.data import Dataset
 
 from bench.data.crops import Crops
 from bench.data.feature_files import load_feature_file
-from bench.data.glyphs import GlyphSpec, is_glyphs, load_glyphs
+from bench.data.glyphs import GlyphSpec, load_glyphs
 from bench.data.image_cache import build_cache, images_cache_dir
 from bench.data.images import CachedImages
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, check_dataset_name
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, check_dataset_name, is_glyphs
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102

@@ -114,10 +114,6 @@ class GlyphSpec:
         return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def is_glyphs(name: str) -> bool:
-    return name == NAME or name.startswith(NAME + ":")
-
-
 def class_strokes(spec: GlyphSpec, label: int) -> np.ndarray:
     """A class's strokes: (strokes, 3 control points, 2) in the unit square."""
     rng = np.random.default_rng([spec.seed, label, 0])

@@ -15,9 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from bench.data.datasets import default_data_root, read_table
-from bench.data.glyphs import is_glyphs
 from bench.data.image_cache import file_stats
-from bench.data.names import FEATURES_PREFIX
+from bench.data.names import FEATURES_PREFIX, is_glyphs
 
 TABLE_COLUMNS = ("path", "label", "split", "x1", "y1", "x2", "y2")
 

@@ -20,6 +20,10 @@ READER_NAMES = (
 )
 
 
+def is_glyphs(name: str) -> bool:
+    return name == GLYPHS_NAME or name.startswith(GLYPHS_NAME + ":")
+
+
 def dataset_names() -> list[str]:
     """Every data set `--dataset` takes, as the help and the errors show them."""
     return [
@@ -38,7 +42,7 @@ def check_dataset_name(name: str) -> None:
 
     if name in ("digits", *READER_NAMES) or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
         return
-    if name == GLYPHS_NAME or name.startswith(GLYPHS_NAME + ":"):
+    if is_glyphs(name):
         return
     close = did_you_mean(name, ["digits", GLYPHS_NAME, *READER_NAMES])
     raise ValueError(

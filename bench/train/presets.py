@@ -6,8 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bench.data.glyphs import is_glyphs
-from bench.data.names import FEATURES_PREFIX
+from bench.data.names import FEATURES_PREFIX, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset

@@ -20,8 +20,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm import tqdm
 
-from bench.data.glyphs import GlyphSpec, is_glyphs, load_glyphs
+from bench.data.glyphs import GlyphSpec, load_glyphs
 from bench.data.names import PRETRAIN_SOURCE as SOURCE
+from bench.data.names import is_glyphs
 from bench.models.choices import PRETRAIN_BACKBONES
 from bench.models.embedding import EmbeddingNet, build_model
 from bench.runs.config import provenance_label, provenance_path
