@@ -227,3 +227,18 @@ def test_a_row_of_one_seed_is_never_marked_however_far_apart(tmp_path):
         "contrastive": 1,
         "lifted": 3,
     }
+
+
+def test_a_row_without_saved_embeddings_is_named_and_the_others_still_compared(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
+        embedded_run(r, f"same{seed}", "npair", seed + 10, noise=0.6)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
+    (r / "same1" / "test_embeddings.npz").unlink()
+    written, problems, _ = write_report(r, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    assert "Not tested for significance, no marks: npair 16-d (a run of the row saved" in text
+    assert "▼" in column(text, "MAP@R")["lifted"] and "▼" not in column(text, "MAP@R")["npair"]
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    assert set(differences["name"]) == {"contrastive", "lifted"}

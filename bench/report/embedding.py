@@ -158,7 +158,9 @@ def markdown_table(
         "(the test inputs as given, flattened and L2-normalised; images area-averaged to at "
         "most 32x32) and the untrained network (the backbone's features before any metric "
         "training, L2-normalised). MAP@R at init is each run's own network before training, "
-        "evaluated the same way.\n" + below_baselines_note(summary, baselines)
+        "evaluated the same way.\n"
+        + below_baselines_note(summary, baselines)
+        + untested_note(summary, differences, baselines)
     )
 
 
@@ -181,6 +183,25 @@ def below_baselines_note(summary: pd.DataFrame, baselines: frozenset[str]) -> st
     return (
         f"\nNot above both baselines on MAP@R (the lower end of the row's interval, or its one "
         f"seed's value, at or below the better baseline's {percent(bar)}): {named}.\n"
+    )
+
+
+def untested_note(
+    summary: pd.DataFrame, differences: pd.DataFrame | None, baselines: frozenset[str]
+) -> str:
+    """The trained rows of two seeds or more that no comparison tested (their runs' per-query
+    scores are missing, or their test queries differ from the other rows'); '' where none."""
+    trained = summary[~summary["method"].isin(baselines) & (summary["runs"] >= MIN_SEEDS)]
+    tested = set()
+    if differences is not None and len(differences):
+        tested = set(zip(differences["name"], differences["dims"].astype(int), strict=True))
+    left = [r for _, r in trained.iterrows() if (r["method"], int(r["dims"])) not in tested]
+    if not left:
+        return ""
+    named = "; ".join(f"{r['method']} {int(r['dims'])}-d" for r in left)
+    return (
+        f"\nNot tested for significance, no marks: {named} (a run of the row saved no test "
+        "embeddings, or its test queries differ from the rest of its size's).\n"
     )
 
 

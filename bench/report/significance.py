@@ -203,13 +203,17 @@ def row_scores(runs: pd.DataFrame) -> dict[str, np.ndarray] | None:
 
 def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
     """Per size and compared metric: each row against the reference row (`reference`, or the
-    row with the best mean), and whether the best row beats the second significantly.
+    row with the best mean), and whether the best row beats the second significantly; rows
+    without per-query scores (`row_scores`) left out.
     Columns: name, dims, metric, reference, diff, low, high, p_seeds, significant,
     beats_second."""
     out = []
     for dims, runs in trained.groupby("dims", sort=True):
-        scores = {name: row_scores(part) for name, part in runs.groupby("name", sort=True)}
-        if not scores or any(v is None for v in scores.values()):
+        # A row whose runs lack their per-query scores is left out (the table names it), not
+        # the whole size.
+        found = {name: row_scores(part) for name, part in runs.groupby("name", sort=True)}
+        scores = {name: v for name, v in found.items() if v is not None}
+        if not scores:
             continue
         if len({v["map@r"].shape[1] for v in scores.values()}) != 1:
             continue
