@@ -257,3 +257,15 @@ def test_a_folder_without_imagenet_weights_offline_stops_before_its_cache(tmp_pa
                    "--backbone", "resnet18", "--pretrained", bad)  # fmt: skip
     assert "is not a readable PyTorch state dict for resnet18" in line
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_validation_split_of_one_class_is_refused(tmp_path):
+    # Issue 43: its MAP@R read 1.0 at every epoch, and the run tested epoch 1 as its best.
+    labels = np.array([0] * 10 + [1] * 10 + [2, 2, 2] + [3, 3, 4, 4])
+    split = np.array(["train"] * 20 + ["val"] * 3 + ["test"] * 4)
+    features = np.random.default_rng(0).normal(size=(len(labels), 4)).astype(np.float32)
+    np.savez(tmp_path / "f.npz", features=features, labels=labels, split=split)
+    dataset = f"features:{tmp_path / 'f.npz'}"
+    line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--dims", "4",
+                   "--batch-size", "8")  # fmt: skip
+    assert "holds 3 items of 1 class" in line and "MAP@R reads 1.0 at every epoch" in line
