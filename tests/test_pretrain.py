@@ -75,6 +75,20 @@ def test_a_source_that_shares_the_benchmarks_classes_is_refused(tmp_path, source
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("existing", ["w.pt", "w.json"])
+def test_existing_weights_or_notes_are_kept_without_force(tmp_path, existing):
+    # Issue 43: a model.json of the user's notes was replaced without a word.
+    (tmp_path / existing).write_text("the user's own\n")
+    args = ["pretrain", "--dataset", SOURCE, "--epochs", 1, "--out", tmp_path / "w.pt"]
+    out = cli(*args)
+    (line,) = out.output.strip().splitlines()
+    assert out.exit_code == 1 and f"{tmp_path / existing} exists" in line and "--force" in line
+    assert (tmp_path / existing).read_text() == "the user's own\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
+    assert cli(*args, "--force").exit_code == 0
+    assert (tmp_path / "w.json").read_text() != "the user's own\n"
+
+
 def test_a_source_of_another_seed_is_other_glyphs():
     from bench.train.pretrain import PretrainConfig, source_spec
 

@@ -34,14 +34,21 @@ from bench.models.choices import PRETRAIN_BACKBONES
     help="The state dict (default: weights/BACKBONE-glyphs.pt); its provenance goes beside it, "
     "with the suffix .json.",
 )
+@click.option("--force", is_flag=True, help="Replace an existing --out and its .json.")
 @DEVICE
-def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, device):
+def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, force, device):
     """Pretrain a backbone with softmax on glyphs classes disjoint from the benchmark's, for
     `run --pretrained PATH`: its state dict, and beside it its provenance (source and class
     range, settings, held-out accuracy per epoch, sha256)."""
     out = out or Path("weights") / f"{backbone}-glyphs.pt"
     if out.suffix == ".json":
         raise click.ClickException(f"--out {out}: the provenance takes the name .json; give .pt")
+    existing = [p for p in (out, out.with_suffix(".json")) if p.exists()]
+    if existing and not force:
+        raise click.ClickException(
+            f"{existing[0]} exists; give another --out, or --force to replace it "
+            f"({' and '.join(map(str, existing))})"
+        )
     from bench.cli.training import checked_device
     from bench.train.pretrain import PretrainConfig
     from bench.train.pretrain import pretrain as run_pretrain
