@@ -340,3 +340,29 @@ def test_run_config_refuses_what_is_not_a_runs_record(tmp_path):
     one_line_error(invoke("run", "--config", tmp_path / "none.json"), "does not exist")
     (tmp_path / "linear.json").write_text(json.dumps({"loss": "nml", "protocol": "linear"}))
     one_line_error(invoke("run", "--config", tmp_path / "linear.json"), "`nngk-bench linear`")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--lr", "nan"],
+        ["run", "--momentum", "nan"],
+        ["run", "--weight-decay", "inf"],
+        ["run", "--val-fraction", "nan"],
+        ["run", "--sigma", "nan"],
+        ["run", "--margin", "nan"],
+        ["suite", "--lr", "nan"],
+        ["pretrain", "--lr", "nan"],
+        ["check", "--tolerance", "nan"],
+    ],
+)
+def test_a_setting_of_nan_or_infinity_is_refused_in_one_line(args):
+    # Issue 43: a NaN passes every bound, and was written into config.json (not JSON) or
+    # into weights; --sigma nan and --margin nan ended in a KeyError traceback.
+    out = invoke(*args)
+    (line,) = out.output.strip().splitlines()
+    assert out.exit_code == 2 and "is not a finite number" in line, out.output
+
+
+def test_a_loss_parameter_of_nan_is_refused_in_one_line():
+    one_line_error(invoke("run", "--loss-param", "sigma=nan"), "sigma=nan; expected a finite")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS
+from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
 
 
 @click.command()
@@ -22,6 +22,7 @@ from bench.cli.options import DEFAULT_RESULTS
 )
 @click.option(
     "--tolerance",
+    type=NON_NEGATIVE,
     default=0.06,
     show_default=True,
     help="How far below the baseline a mean may fall.",

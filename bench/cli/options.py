@@ -6,18 +6,35 @@ imports it."""
 from __future__ import annotations
 
 import errno
+import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import click
 
 from bench.cli.loss_sets import LOSS_HELP
 
 DEFAULT_RESULTS = Path("results")
+
+
+class FiniteFloat(click.FloatRange):
+    """click's FloatRange that refuses NaN and infinity too (a NaN passes every bound: it is
+    neither below nor above one), so that no run records a setting of NaN."""
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        value = super().convert(value, param, ctx)
+        if not math.isfinite(value):
+            self.fail(f"{value} is not a finite number", param, ctx)
+        return value
+
+
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
-NON_NEGATIVE = click.FloatRange(min=0)
-POSITIVE_FLOAT = click.FloatRange(min=0, min_open=True)
+FINITE = FiniteFloat()
+NON_NEGATIVE = FiniteFloat(min=0)
+POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 
 # The integer lists the commands take: their least value and an example.
 INT_LISTS = {

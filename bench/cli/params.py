@@ -8,6 +8,7 @@ as short spellings of --loss-param in `run`."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Callable
 
 import click
@@ -105,10 +106,12 @@ def parsed(name: str, text: str, default: Any) -> Any:
             return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
         if isinstance(default, int):
             return int(text)
-        if isinstance(default, float):
+        if isinstance(default, float) and math.isfinite(float(text)):
             return float(text)
+        if isinstance(default, float):
+            raise ValueError(text)
     except (KeyError, ValueError):
-        kind = {bool: "true or false", int: "an integer", float: "a number"}[type(default)]
+        kind = {bool: "true or false", int: "an integer", float: "a finite number"}[type(default)]
         raise ValueError(f"bad --loss-param {name}={text}; expected {kind}") from None
     return text
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEVICE, POSITIVE
+from bench.cli.options import DEVICE, POSITIVE, POSITIVE_FLOAT
 from bench.data.names import PRETRAIN_SOURCE
 from bench.models.choices import PRETRAIN_BACKBONES
 
@@ -24,7 +24,9 @@ from bench.models.choices import PRETRAIN_BACKBONES
     "--backbone", type=click.Choice(PRETRAIN_BACKBONES), default="small_cnn", show_default=True
 )
 @click.option("--epochs", type=POSITIVE, default=10, show_default=True)
-@click.option("--lr", type=float, default=0.05, show_default=True, help="SGD, cosine schedule.")
+@click.option(
+    "--lr", type=POSITIVE_FLOAT, default=0.05, show_default=True, help="SGD, cosine schedule."
+)
 @click.option("--batch-size", type=POSITIVE, default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(

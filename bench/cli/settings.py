@@ -11,7 +11,7 @@ from typing import Any, Callable, get_type_hints
 
 import click
 
-from bench.cli.options import NON_NEGATIVE, POSITIVE
+from bench.cli.options import NON_NEGATIVE, POSITIVE, FiniteFloat
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
 from bench.runs.config import RunConfig, canonical_preset
@@ -78,11 +78,11 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "batch_size": dict(type=click.IntRange(min=2)),
     "m_per_class": dict(type=POSITIVE),
     "lr": dict(type=NON_NEGATIVE),
-    "momentum": dict(type=click.FloatRange(min=0, max=1)),
+    "momentum": dict(type=FiniteFloat(min=0, max=1)),
     "memory": dict(type=click.IntRange(min=0), show_default=True),
     "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES)),
     "weight_decay": dict(type=NON_NEGATIVE),
-    "val_fraction": dict(type=click.FloatRange(min=0, max=1, max_open=True)),
+    "val_fraction": dict(type=FiniteFloat(min=0, max=1, max_open=True)),
     "val_split": dict(type=ValSplitChoice()),
     "train_per_class": dict(type=POSITIVE),
     # bench.evaluation.metrics.CLUSTERING's keys (that module imports faiss)

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from bench.cli.options import NON_NEGATIVE
+
 BENCHMARKS = (
     "nngk-step",
     "refresh",
@@ -68,7 +70,7 @@ MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
     "--scale-memory",
     default=8.0,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=NON_NEGATIVE,
     help="GB each evaluator-at-scale process may add to its data (0: no cap).",
 )
 @click.option(
