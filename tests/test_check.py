@@ -94,7 +94,7 @@ def test_check_never_passes_with_nothing_checked(tmp_path):
     baseline.write_text("table,method,dims,metric,value,runs\n" + lines[0] + "\n")
     assert check("--baseline", baseline, "--results", results).exit_code == 0
     nan = check("--baseline", baseline, "--results", results, "--tolerance", "nan")
-    assert nan.exit_code == 1 and "--tolerance must be a number >= 0; got nan" in nan.output
+    assert nan.exit_code == 2 and "'--tolerance': nan is not a finite number" in nan.output
     baseline.write_text("table,method,dims,metric,value,runs\ndigits,nngk,64,map@r,nan,2\n")
     assert "line 2: the value nan is not a number" in check("--baseline", baseline).output
 

@@ -153,7 +153,7 @@ def test_a_loss_parameter_is_read_as_its_defaults_type(name, text, default, valu
 @pytest.mark.parametrize(
     "text, default, message",
     [
-        ("x", 1.0, "bad --loss-param p=x; expected a number"),
+        ("x", 1.0, "bad --loss-param p=x; expected a finite number"),
         ("1.5", 100, "bad --loss-param p=1.5; expected an integer"),
         ("yes", True, "bad --loss-param p=yes; expected true or false"),
     ],
