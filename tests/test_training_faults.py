@@ -269,3 +269,35 @@ def test_a_validation_split_of_one_class_is_refused(tmp_path):
     line = refused(tmp_path / "r", "--loss", "softmax", "--dataset", dataset, "--dims", "4",
                    "--batch-size", "8")  # fmt: skip
     assert "holds 3 items of 1 class" in line and "MAP@R reads 1.0 at every epoch" in line
+
+
+def test_a_features_file_at_a_long_path_runs_and_is_reported(tmp_path):
+    # Issue 43: a path of about 250 characters failed with "File name too long", the run id
+    # holding the whole path. A name that fits is as it was: run ids never change.
+    folder = tmp_path / ("a" * 100) / ("b" * 100)
+    folder.mkdir(parents=True)
+    dataset = features_file(folder / "f.npz", np.repeat(np.arange(6), 10), np.repeat([6, 7], 4))
+    assert len(dataset) > 250
+    results = tmp_path / "r"
+    out = cli("run", "--loss", "softmax", "--dataset", dataset, "--dims", "4", "--epochs", "1",
+              "--batch-size", "8", "--results", results)  # fmt: skip
+    assert out.exit_code == 0, out.output
+    runs = sorted(p.name for p in results.iterdir() if (p / "metrics.json").is_file())
+    assert runs and all(len(name.encode()) <= 247 for name in runs)
+    assert any("-softmax-d4-s0-" in name for name in runs)
+    from bench.report.write import write_report
+
+    written, problems, _ = write_report(results, tmp_path / "report")
+    assert not problems and any(p.name.endswith("-recall-at-k.png") for p in written)
+
+
+def test_a_run_id_that_fits_is_unchanged():
+    from bench.runs.config import RunConfig
+    from bench.train.presets import make_configs
+
+    (glyphs,) = make_configs("glyphs", "nngk", (64,), {})
+    assert glyphs.run_id() == "glyphs-nngk-d64-s0-f6313792"  # as tests/test_options.py pins it
+    long = RunConfig(dataset="features:/" + "x" * 300 + ".npz", dims=64).run_id()
+    other = RunConfig(dataset="features:/" + "x" * 301 + ".npz", dims=64).run_id()
+    assert len(long.encode()) == 247 and long.endswith("-nngk-d64-s0-" + long[-8:])
+    assert long != other

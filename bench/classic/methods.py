@@ -28,9 +28,10 @@ from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
 from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
 from bench.runs import store
+from bench.runs.config import RUN_ID_ROOM
 from bench.util.atomic import atomic_write_json, atomic_write_text
 from bench.util.errors import check_known
-from bench.util.names import safe_name
+from bench.util.names import fitted_name, safe_name
 from bench.util.runtime import package_versions
 
 METHODS: dict[str, type] = {
@@ -78,7 +79,8 @@ def run_record(
         record.update(data_identity(dataset, ""))
     digest = hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:8]
     split = f"{protocol}-" if shown_protocol(protocol) else ""
-    return f"{safe_name(dataset)}-{split}linear-{method}-d{dims}-s{seed}-{digest}", record
+    tail = f"{split}linear-{method}-d{dims}-s{seed}-{digest}"
+    return fitted_name(safe_name(dataset), tail, RUN_ID_ROOM), record
 
 
 def mprec_metrics(curve: np.ndarray) -> dict[str, float | None]:

@@ -23,7 +23,7 @@ from bench.runs.config import (
     untrained_label,
     weights_label,
 )
-from bench.util.names import safe_name
+from bench.util.names import fitted_name, safe_name
 from losses import loss_family
 
 BASELINE_LOSS = "untrained"
@@ -178,7 +178,8 @@ def data_name(metrics: dict) -> str:
         identity = dataset
     else:  # digits, glyphs: named in full by their name
         return safe_name(dataset)
-    return f"{safe_name(dataset)}-{hashlib.sha1(identity.encode()).hexdigest()[:8]}"
+    # Room for the longest file a table writes beside its name ("-tuned-folds-ranks.csv", ...).
+    return fitted_name(safe_name(dataset), hashlib.sha1(identity.encode()).hexdigest()[:8], 180)
 
 
 def baseline_label(run: pd.Series) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.protocols import shown_protocol
-from bench.util.names import safe_name
+from bench.util.names import NAME_MAX, fitted_name, safe_name
 
 # Where the data lies, how it is loaded, which preset gave the defaults and where the run is
 # logged do not change what a run computes.
@@ -41,6 +41,9 @@ HASHED_IF_SET = {
     "memory": 0,
     "clustering": "full",
 }
+# The longest run id: a folder name, with room for the store's ".{id}.forced" beside it. A
+# longer one could never be made (no run was ever named so); it is cut and hashed instead.
+RUN_ID_ROOM = NAME_MAX - len("..forced")
 # Set from the data before a run starts (bench.data.identity), never read from a record.
 DATA_IDENTITY = ("data_location", "data_fingerprint")
 
@@ -163,9 +166,9 @@ class RunConfig:
         digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
         miner = self.loss_params.get("miner")
         name = f"{self.loss}-{miner}" if miner else self.loss
-        dataset = safe_name(self.dataset)
         protocol = f"{self.protocol}-" if shown_protocol(self.protocol) else ""
-        return f"{dataset}-{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
+        tail = f"{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
+        return fitted_name(safe_name(self.dataset), tail, RUN_ID_ROOM)
 
 
 def provenance_path(weights: str | Path) -> Path:
