@@ -236,3 +236,20 @@ def test_a_run_with_a_malformed_record_is_left_out_and_named(tmp_path, bad):
     assert df["run"].tolist() == ["ok"]
     (line,) = problems
     assert line.startswith("bad: metrics.json ") and line.endswith("; the run is left out")
+
+
+@pytest.mark.parametrize("key, value", [("recall@1", 1.5), ("map@r", -0.5), ("nmi", 2.0)])
+def test_a_metric_outside_0_to_1_is_left_out_and_named(tmp_path, key, value):
+    # Issue 43: R@1 1.5 went into the table ("63.67 ± 185.93") and check --update's baseline.
+    r = tmp_path / "r"
+    for seed in range(2):
+        make_run(r, f"c{seed}", loss="contrastive", seed=seed)
+    relabel(r / "c1", **{key: value})
+    cli = CliRunner().invoke(main, ["report", "--results", str(r), "--out", str(tmp_path / "o")])
+    assert cli.exit_code == 0, cli.output
+    (skipped,) = [x for x in cli.output.splitlines() if x.startswith("skipped")]
+    assert skipped.startswith(f"skipped c1: metrics.json has {key} = {value}, outside 0 to 1")
+    assert (
+        pd.read_csv(tmp_path / "o" / "digits.csv").set_index("method").loc["contrastive", "runs"]
+        == 1
+    )

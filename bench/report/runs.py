@@ -143,7 +143,8 @@ def families(df: pd.DataFrame) -> pd.Series:
 
 def metrics_fault(metrics: dict) -> str:
     """What makes a metrics.json unusable ('' where nothing): a missing key, a metric that is
-    not a number, a size or seed that is not an integer."""
+    not a number or not between 0 and 1 (NaN passes: a metric that could not be computed), a
+    size or seed that is not an integer."""
     missing = [k for k in (*METRIC_KEYS, "dataset", "loss", "dims", "seed") if k not in metrics]
     if missing:
         return f"lacks {', '.join(missing)}"
@@ -151,6 +152,10 @@ def metrics_fault(metrics: dict) -> str:
     bad = [k for k in numbers if not is_number(metrics[k])]
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not a number"
+    # Every one of them is a share: recall, NMI, MAP@R, accuracy, FAR, FRR, AP, mprec.
+    bad = [k for k in numbers if metrics[k] is not None and not 0 <= metrics[k] <= 1]
+    if bad:
+        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, outside 0 to 1"
     bad = [k for k in ("dims", "seed") if not isinstance(metrics[k], int) or metrics[k] < 0]
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not an integer"
