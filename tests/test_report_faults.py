@@ -253,3 +253,27 @@ def test_a_metric_outside_0_to_1_is_left_out_and_named(tmp_path, key, value):
         pd.read_csv(tmp_path / "o" / "digits.csv").set_index("method").loc["contrastive", "runs"]
         == 1
     )
+
+
+def test_an_unknown_reference_is_refused_naming_the_rows(tmp_path):
+    # Issue 43: `report --reference bogus` was ignored silently (each column's best instead).
+    r = tmp_path / "r"
+    make_run(r, "c", loss="contrastive")
+    make_run(r, "n", loss="nngk")
+    args = ["report", "--results", str(r), "--out", str(tmp_path / "o")]
+    out = CliRunner().invoke(main, [*args, "--reference", "ngk"])
+    (line,) = [x for x in out.output.splitlines() if not x.startswith("report: ")]
+    assert out.exit_code == 1 and not (tmp_path / "o").exists()
+    assert "--reference 'ngk' is no row of these runs (did you mean nngk?)" in line
+    assert "the rows: contrastive, nngk; nothing was written" in line
+    assert CliRunner().invoke(main, [*args, "--reference", "nngk"]).exit_code == 0
+
+
+def test_the_report_goes_beside_its_results_by_default(tmp_path, monkeypatch):
+    # Issue 43: `report --results OTHER` replaced the report of ./results.
+    monkeypatch.chdir(tmp_path)
+    make_run(tmp_path / "other", "c", loss="contrastive")
+    out = CliRunner().invoke(main, ["report", "--results", "other"])
+    assert out.exit_code == 0, out.output
+    assert (tmp_path / "other" / "report" / "digits.md").is_file()
+    assert not (tmp_path / "results").exists()

@@ -16,9 +16,9 @@ from bench.cli.options import DEFAULT_RESULTS
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
-    default=DEFAULT_RESULTS / "report",
-    show_default=True,
-    help="Folder of the report; it overwrites and removes only files a report wrote there.",
+    default=None,
+    help="Folder of the report (default: RESULTS/report); it overwrites and removes only files "
+    "a report wrote there.",
 )
 @click.option(
     "--reference",
@@ -30,6 +30,7 @@ def report(results, out, reference):
     from bench.cli.options import os_error_line
     from bench.util.progress import log
 
+    out = out or Path(results) / "report"  # each results folder its own report
     if Path(results).is_dir():  # a typo gets its one-line error alone
         log.info(f"report: reading the runs in {results}")  # before the plotting libraries load
     from bench.report.write import write_report

@@ -39,6 +39,7 @@ from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
 from bench.report.tuned_default import TUNED_DEFAULT, tuned_default_files
 from bench.report.tuning import TUNING, tuning_files
+from bench.util.errors import did_you_mean
 from bench.util.progress import log
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
@@ -159,6 +160,7 @@ def write_report(
     df, problems = load_runs(results)
     if not len(df):
         raise ValueError(no_runs_line(Path(results), problems))
+    check_reference(df, reference)
     out = Path(out)
     log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
@@ -175,6 +177,18 @@ def write_report(
             f"{out / name}: not a file this report wrote, or changed since; left as it is"
         )
     return [out / n for n in written], problems, [out / n for n in removed]
+
+
+def check_reference(df: pd.DataFrame, reference: str | None) -> None:
+    """A ValueError naming the trained rows, the nearest first, for a --reference that is
+    none of them (it would otherwise be ignored and each column's best used)."""
+    names = sorted(set(df.loc[df["loss"] != BASELINE_LOSS, "name"]))
+    if reference is None or reference in names:
+        return
+    raise ValueError(
+        f"--reference {reference!r} is no row of these runs{did_you_mean(reference, names)}; "
+        f"the rows: {', '.join(names)}"
+    )
 
 
 def no_runs_line(results: Path, problems: list[str]) -> str:
