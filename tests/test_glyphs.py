@@ -35,6 +35,9 @@ def test_parse_names_and_defaults():
         ("glyphs:classes=many", "bad value 'many' for glyphs parameter classes"),
         ("glyphs:classes=2", "glyphs needs classes >= 4"),
         ("glyphs:difficulty=9", "glyphs needs 0 <= difficulty <= 3"),
+        ("glyphs:difficulty=nan", "glyphs needs 0 <= difficulty <= 3"),
+        # Issue 43: the last value was taken, and the run named "classes-20-classes-30".
+        ("glyphs:classes=20,classes=30", "glyphs parameter classes is given twice"),
     ],
 )
 def test_bad_names_are_one_line_errors(name, message):

@@ -79,6 +79,8 @@ class GlyphSpec:
                     f"bad glyphs parameter {part!r} in {name!r}; expected key=value with keys "
                     f"{', '.join(known)} (e.g. glyphs:classes=40,size=16)"
                 )
+            if key in given:
+                raise ValueError(f"glyphs parameter {key} is given twice in {name!r}; give it once")
             try:
                 given[key] = float(value) if key == "difficulty" else int(value)
             except ValueError:
@@ -90,7 +92,7 @@ class GlyphSpec:
             raise ValueError(
                 f"glyphs needs classes >= 4, instances >= 2 and size >= 8; got {self.name()}"
             )
-        if not 0 <= self.difficulty <= 3 or self.seed < 0 or self.first < 0:
+        if not 0 <= self.difficulty <= 3 or self.seed < 0 or self.first < 0:  # NaN too
             raise ValueError(
                 f"glyphs needs 0 <= difficulty <= 3, seed >= 0 and first >= 0; got {self.name()}"
             )
