@@ -9,6 +9,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
@@ -129,3 +130,19 @@ def test_compare_with_several_runs_is_a_one_line_error_naming_them(tmp_path):
     (line,) = out.output.strip().splitlines()
     assert out.exit_code == 2 and "--compare sets one run beside another, but 2 runs" in line
     assert "(r1, r2)" in line and not list(tmp_path.rglob("*.png"))
+
+
+@pytest.mark.parametrize(
+    "args, bound",
+    [
+        (["--queries", "5000"], "1<=x<=50"),  # issue 43: 23 GB, then killed
+        (["--k", "1000"], "1<=x<=20"),
+        (["--max-points", "0"], "x>=10"),
+        (["--max-points", "-1"], "x>=10"),
+    ],
+)
+def test_a_gallery_or_a_t_sne_out_of_bounds_is_refused_before_anything_loads(tmp_path, args, bound):
+    run = write_run(tmp_path / "run", finished=True)
+    out = CliRunner().invoke(main, ["visualize", str(run), *args])
+    (line,) = out.output.strip().splitlines()
+    assert out.exit_code == 2 and bound in line and not list(run.glob("*.png"))

@@ -24,7 +24,13 @@ MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
 
 
 @click.command()
-@click.option("--batch", default=128, show_default=True, help="Batch of the loss benchmark.")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=2),
+    default=128,
+    show_default=True,
+    help="Batch of the loss benchmark.",
+)
 @click.option(
     "--loader",
     "loader_dataset",

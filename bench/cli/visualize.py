@@ -28,6 +28,7 @@ from bench.util.progress import log
 )
 @click.option(
     "--max-points",
+    type=click.IntRange(min=10),
     default=2000,
     show_default=True,
     help="t-SNE on at most this many training and this many test points.",
@@ -45,11 +46,21 @@ from bench.util.progress import log
     default=None,
     help="Another run of the same data set: both runs' top-k side by side on the same queries.",
 )
+# A gallery is one image of queries x (k + 1) thumbnails: these bounds keep it under 100 MB
+# (a gallery of every test query once took 23 GB).
 @click.option(
-    "--queries", default=10, show_default=True, type=click.IntRange(1), help="Queries per gallery."
+    "--queries",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, 50),
+    help="Queries per gallery (at most 50).",
 )
 @click.option(
-    "--k", default=5, show_default=True, type=click.IntRange(1), help="Retrieved images per query."
+    "--k",
+    default=5,
+    show_default=True,
+    type=click.IntRange(1, 20),
+    help="Retrieved images per query (at most 20).",
 )
 def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
     """Each run's views of how its embedding generalizes (Liu et al. 2019): joint t-SNE of
