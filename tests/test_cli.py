@@ -403,10 +403,11 @@ def test_suite_plans_every_core_loss_and_passes_its_options(monkeypatch):
 
 
 def test_a_device_torch_does_not_know_or_cannot_use_is_a_one_line_error(tmp_path):
-    unknown = cli("run", "--device", "foo", "--results", tmp_path)
-    assert unknown.exit_code == 1 and unknown.output.strip() == (
-        "Error: unknown --device 'foo'; expected cpu, cuda or cuda:N"
-    )
+    for name in ("foo", "mps"):  # mps: torch knows it, the harness does not run on it
+        unknown = cli("run", "--device", name, "--results", tmp_path)
+        assert unknown.exit_code == 1 and unknown.output.strip() == (
+            f"Error: unknown --device '{name}'; expected cpu, cuda or cuda:N"
+        )
     if not torch.cuda.is_available():
         cuda = cli("run", "--device", "cuda", "--results", tmp_path)
         assert cuda.exit_code == 1 and "CUDA is not available on this machine" in cuda.output

@@ -35,6 +35,8 @@ def checked_device(name: str | None):
     try:
         device = torch.device(name)
     except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):  # mps, xla, ...: not supported
         raise click.ClickException(
             f"unknown --device {name!r}; expected cpu, cuda or cuda:N"
         ) from None
