@@ -170,8 +170,10 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
         (["--dims", "0"], "bad --dims '0'; expected comma-separated positive integers, e.g. 64,"),
         (
             ["--seed", "-1"],
-            "bad --seed '-1'; expected comma-separated non-negative integers, e.g. 0,1,2",
+            "bad --seed '-1'; expected comma-separated non-negative integers up to 2,147,483,647",
         ),
+        # Issue 43: faiss's k-means took it, an OverflowError, a baseline left half-written.
+        (["--seed", "0,2147483648"], "bad --seed '0,2147483648'; expected comma-separated"),
         (["--loss", "softmax", "--sigma", "3"], "loss 'softmax' does not take --sigma"),
         (["--backbone", "vit"], "unknown backbone 'vit'; expected one of: small_cnn"),
         (["--embedding", "gap", "--dims", "32"], "the GAP embedding of small_cnn has 64 dims"),

@@ -36,7 +36,8 @@ FINITE = FiniteFloat()
 NON_NEGATIVE = FiniteFloat(min=0)
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 
-# The integer lists the commands take: their least value and an example.
+# The integer lists the commands take: their least value and an example; a seed is at most
+# 2**31 - 1, as faiss's k-means and numpy's legacy generator take it.
 INT_LISTS = {
     "--dims": (1, "64,512,1024"),
     "--seed": (0, "0,1,2"),
@@ -44,6 +45,7 @@ INT_LISTS = {
     "--eval-sizes": (1, "10000,50000"),
     "--scale-sizes": (1, "100000,1000000"),
 }
+MOST = {"--seed": 2**31 - 1, "--seeds": 2**31 - 1}
 
 
 def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
@@ -56,10 +58,12 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if not values or min(values) < least:
+    most = MOST.get(what)
+    if not values or min(values) < least or (most is not None and max(values) > most):
         kind = "positive" if least == 1 else "non-negative"
+        below = f" up to {most:,}" if most is not None else ""
         raise click.ClickException(
-            f"bad {what} {text!r}; expected comma-separated {kind} integers, e.g. {example}"
+            f"bad {what} {text!r}; expected comma-separated {kind} integers{below}, e.g. {example}"
         )
     return values
 
