@@ -127,6 +127,38 @@ def test_a_state_dict_of_another_backbone_is_a_one_line_error(tmp_path, weights)
     assert not (tmp_path / "r").exists()  # refused before anything is written
 
 
+def test_nan_weights_are_refused_naming_the_file(tmp_path, weights):
+    # Issue 43: `run --pretrained` on them failed in faiss, naming neither the file nor NaN.
+    state = torch.load(weights, weights_only=True)
+    broken = tmp_path / "nan.pt"
+    torch.save({k: v.float().fill_(float("nan")) if v.is_floating_point() else v
+                for k, v in state.items()}, broken)  # fmt: skip
+    out = cli(*FINE_TUNE, "--dataset", DATA, "--pretrained", broken, "--results", tmp_path / "r")
+    line = out.stderr.strip().splitlines()[-1]
+    assert out.exit_code == 1 and f"pretrained='{broken}' holds NaN or infinite weights" in line
+    assert "pretrain again at a lower --lr" in line and not (tmp_path / "r").exists()
+
+
+def test_pretraining_that_diverged_or_trained_nothing_writes_nothing(tmp_path):
+    from bench.train.pretrain import PretrainConfig, check_trained
+
+    cfg = PretrainConfig(SOURCE, "small_cnn", 1, 1e30, 128, 0)
+    finite = build_model("small_cnn", 8).backbone.state_dict()
+    nan = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
+           for k, v in finite.items()}  # fmt: skip
+    with pytest.raises(ValueError, match="pretraining diverged .* at --lr 1e"):
+        check_trained(nan, [2.0], cfg)
+    with pytest.raises(ValueError, match="pretraining diverged"):
+        check_trained(finite, [float("nan")], cfg)
+    with pytest.raises(ValueError, match="trained nothing .* --batch-size 128"):
+        check_trained(finite, [0.0, 0.0], cfg)
+    check_trained(finite, [2.3, 1.9], cfg)
+    # --batch-size 1 trains no batch at all (BatchNorm needs two): refused by the command line.
+    out = cli("pretrain", "--batch-size", 1, "--out", tmp_path / "w.pt")
+    assert out.exit_code == 2 and "'--batch-size': 1 is not in the range x>=2" in out.output
+    assert not list(tmp_path.iterdir())
+
+
 def test_a_glyphs_run_fine_tunes_it_and_its_report_names_it(tmp_path, weights):
     # The glyphs preset is made for a network trained from scratch: it keeps its own NNGK
     # settings and learning rate for pretrained weights too (presets.GLYPHS, not paper_nngk).

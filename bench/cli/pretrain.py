@@ -27,7 +27,7 @@ from bench.models.choices import PRETRAIN_BACKBONES
 @click.option(
     "--lr", type=POSITIVE_FLOAT, default=0.05, show_default=True, help="SGD, cosine schedule."
 )
-@click.option("--batch-size", type=POSITIVE, default=128, show_default=True)
+@click.option("--batch-size", type=click.IntRange(min=2), default=128, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--out",

@@ -99,6 +99,13 @@ def read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
             f"pretrained={path!r} does not hold a state dict (a mapping of tensors) for {name} "
             f"but {_describe(state)}; {_RESAVE}"
         )
+    broken = [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]
+    if broken:
+        raise ValueError(
+            f"pretrained={path!r} holds NaN or infinite weights ({len(broken)} of "
+            f"{len(state)} tensors, e.g. {broken[0]}): a training that diverged; "
+            "pretrain again at a lower --lr, or give other weights"
+        )
     if name == "googlenet":
         # We build GoogLeNet without auxiliary classifiers; their weights are not needed.
         state = {k: v for k, v in state.items() if not k.startswith(("aux1.", "aux2."))}

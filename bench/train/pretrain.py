@@ -135,6 +135,22 @@ def backbone_state(model: EmbeddingNet, backbone: str) -> dict[str, torch.Tensor
     return state
 
 
+def check_trained(state: dict[str, torch.Tensor], losses: list[float], cfg: PretrainConfig) -> None:
+    """A ValueError, before anything is written, for weights that are not a training's: NaN
+    or infinite ones (it diverged), or none trained at all (no batch of two)."""
+    finite = all(v.isfinite().all() for v in state.values() if v.is_floating_point())
+    if not finite or not np.isfinite(losses).all():
+        raise ValueError(
+            f"pretraining diverged (NaN or infinite weights at --lr {cfg.lr:g}); nothing was "
+            "written: give a lower --lr"
+        )
+    if not any(losses):  # every batch skipped: one image each, no BatchNorm statistics
+        raise ValueError(
+            f"pretraining trained nothing (no batch of two images at --batch-size "
+            f"{cfg.batch_size}); nothing was written: give --batch-size 2 or more"
+        )
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
@@ -173,10 +189,12 @@ def pretrain(cfg: PretrainConfig, out: Path, device: torch.device | None = None)
             f"epoch {epoch + 1}/{cfg.epochs}: loss {losses[-1]:.4f}, held-out accuracy "
             f"{accuracies[-1]:.3f} ({time.perf_counter() - started:.0f} s)"
         )
+    state = backbone_state(model, cfg.backbone)
+    check_trained(state, losses, cfg)
     # The old provenance goes first: weights without one read by their file name, never by
     # another file's provenance.
     provenance_path(out).unlink(missing_ok=True)
-    atomic_torch_save(out, backbone_state(model, cfg.backbone))
+    atomic_torch_save(out, state)
     record = {
         **asdict(cfg),
         "source": spec.name(),
