@@ -102,6 +102,27 @@ def test_sixteen_bit_images_are_scaled_not_clipped(tmp_path, mode):
     assert (loaded[..., 0] == loaded[..., 2]).all()  # grey in every channel
 
 
+@pytest.mark.parametrize(
+    "mode, values",
+    [
+        ("F", [[0.0, 100 / 255], [1.0, 200 / 255]]),  # floats in 0-1
+        ("F", [[0.0, 100.0], [255.0, 200.0]]),  # floats in 0-255
+        ("I", [[0, 100], [255, 200]]),  # 32-bit integers in 0-255
+    ],
+)
+def test_float_and_32_bit_images_are_scaled_by_their_range(tmp_path, mode, values):
+    # Issue 43: mode F in 0-1 decoded to pixels of 0 or 1, and mode I in 0-255 was divided by
+    # 65535: near-black images, without a warning.
+    from PIL import Image
+
+    array = np.array(values, dtype=np.float32 if mode == "F" else np.int32)
+    path = tmp_path / "deep.tif"
+    Image.fromarray(array, mode=mode).save(path)
+    assert Image.open(path).mode == mode
+    loaded = load_image(str(path), None, 2)
+    assert loaded[..., 0].tolist() == [[0, 100], [255, 200]]
+
+
 def cached(cache, n: int) -> list[np.ndarray]:
     """Every image of a cache of n images, as (h, w, 3) uint8 arrays."""
     data = CachedImages(cache, np.arange(n), np.zeros(n), None)

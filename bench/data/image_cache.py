@@ -33,17 +33,30 @@ from bench.util.progress import log
 MAX_PIXELS_VARIABLE = "NNGK_MAX_IMAGE_PIXELS"
 MAX_ASPECT = 4  # the longer side is at most this many times the size (Resize's max_size)
 # 1: every image squashed to size x size; 2: shorter side to size, ragged; 3: and the longer side
-# at most MAX_ASPECT x size
-CACHE_FORMAT = 3
+# at most MAX_ASPECT x size; 4: float and 32-bit greyscale scaled by their range (`grey_scale`)
+CACHE_FORMAT = 4
 
 
 def to_rgb(img: Image.Image) -> Image.Image:
-    """8-bit RGB. 16-bit greyscale (Pillow's modes I;16* and I, as it opens 16-bit PNGs) is
-    scaled from 0-65535 to 0-255, where Pillow's convert would clip it at 255."""
-    if not img.mode.startswith("I"):
+    """8-bit RGB. Greyscale of more than 8 bits, integer (Pillow's modes I;16* and I, as it
+    opens 16-bit PNGs and TIFFs) or float (mode F), where Pillow's convert would clip it at
+    255 or truncate 0.5 to 0, is scaled by the range its values lie in (`grey_scale`)."""
+    if not img.mode.startswith(("I", "F")):
         return img.convert("RGB")
-    grey = np.asarray(img, dtype=np.float64) / 65535
+    grey = np.asarray(img, dtype=np.float64)
+    grey = grey / grey_scale(img.mode, grey)
     return Image.fromarray(np.round(np.clip(grey, 0, 1) * 255).astype(np.uint8)).convert("RGB")
+
+
+def grey_scale(mode: str, grey: np.ndarray) -> float:
+    """The value that is white: 65535 for 16-bit modes (I;16*); for 32-bit ones (I, F), which
+    name no range, the least of 1 (floats in 0-1, mode F only), 255 and 65535 that the image's
+    largest value does not exceed (its own maximum beyond those)."""
+    if mode.startswith("I;16"):
+        return 65535.0
+    top = float(np.nanmax(grey)) if grey.size else 0.0
+    ranges = ((1.0,) if mode == "F" else ()) + (255.0, 65535.0)
+    return next((r for r in ranges if top <= r), max(top, 1.0))
 
 
 def load_image(path: str, box: tuple[float, float, float, float] | None, size: int) -> np.ndarray:
