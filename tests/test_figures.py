@@ -370,7 +370,9 @@ def test_a_method_keeps_its_colour_in_every_figure_of_a_table():
         assert colours.hue_colours(["triplet", "contrastive"]) == [everything[2], everything[0]]
         # A hue that is not one of the table's methods (a size, a run): colours of its own.
         assert colours.hue_colours(["64", "512"]) == colours.line_colours(2)
+        assert colours.method_colour("nngk") == everything[1]
     assert everything == colours.line_colours(3)
+    assert colours.method_colour("nngk") == "black"
     assert colours.hue_colours(["triplet"]) == colours.line_colours(1)  # outside a table
 
 

@@ -35,6 +35,11 @@ def method_colours(names: Sequence[str]) -> Iterator[None]:
         _METHOD_COLOURS.update(saved)
 
 
+def method_colour(name: str) -> tuple | str:
+    """A method's colour in the table under way (`method_colours`), else black."""
+    return _METHOD_COLOURS.get(str(name), "black")
+
+
 def hue_colours(values: Sequence) -> list:
     """The lines' colours of these hue values: the table's method colours where every value
     is one of its methods, else `line_colours`."""

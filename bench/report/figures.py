@@ -24,7 +24,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 
-from bench.report.colours import hue_colours, line_colours  # noqa: E402
+from bench.report.colours import hue_colours, line_colours, method_colour  # noqa: E402
 
 DPI = 100
 PANEL = (4.2, 3.6)  # inches per panel
@@ -187,6 +187,7 @@ def recall_at_k_curves(df: pd.DataFrame, line: str = "dims") -> bytes:
             mean_sd_lines(ax, part, "K", "R", line, order, palette, legend=line == "dims")
             _log2_axis(ax, long["K"].unique())
             ax.set(title=method, ylabel="Recall@K")
+            ax.title.set_color(method_colour(method))  # its lines are sizes: its name, its colour
         if line != "dims":  # long labels, the same in every panel: one legend under them
             figure_legend(fig, axes, "outside lower center", title=line)
         return png_bytes(fig)
