@@ -153,7 +153,8 @@ def metrics_fault(metrics: dict) -> str:
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not a number"
     # Every one of them is a share: recall, NMI, MAP@R, accuracy, FAR, FRR, AP, mprec.
-    bad = [k for k in numbers if metrics[k] is not None and not 0 <= metrics[k] <= 1]
+    shares = [k for k in numbers if metrics[k] is not None and not np.isnan(metrics[k])]
+    bad = [k for k in shares if not 0 <= metrics[k] <= 1]
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, outside 0 to 1"
     bad = [k for k in ("dims", "seed") if not isinstance(metrics[k], int) or metrics[k] < 0]

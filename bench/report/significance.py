@@ -213,7 +213,7 @@ def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.Data
         # the whole size.
         found = {name: row_scores(part) for name, part in runs.groupby("name", sort=True)}
         scores = {name: v for name, v in found.items() if v is not None}
-        if not scores:
+        if len(scores) < 2:  # one row: nothing to compare it with (not itself)
             continue
         if len({v["map@r"].shape[1] for v in scores.values()}) != 1:
             continue
