@@ -106,10 +106,11 @@ def parsed(name: str, text: str, default: Any) -> Any:
             return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
         if isinstance(default, int):
             return int(text)
-        if isinstance(default, float) and math.isfinite(float(text)):
-            return float(text)
         if isinstance(default, float):
-            raise ValueError(text)
+            value = float(text)
+            if not math.isfinite(value):  # a NaN passes every bound the loss checks
+                raise ValueError(text)
+            return value
     except (KeyError, ValueError):
         kind = {bool: "true or false", int: "an integer", float: "a finite number"}[type(default)]
         raise ValueError(f"bad --loss-param {name}={text}; expected {kind}") from None
@@ -201,8 +202,8 @@ def shared_params(
     from losses import loss_defaults
 
     aliases = aliases or {}
-    takes_ = [loss_defaults(loss) for loss, _ in plan]
-    unused = [name for name in (*aliases, *pairs) if not any(name in t for t in takes_)]
+    accepted = [loss_defaults(loss) for loss, _ in plan]
+    unused = [name for name in (*aliases, *pairs) if not any(name in a for a in accepted)]
     if unused:
         losses = ", ".join(dict.fromkeys(loss for loss, _ in plan))
         raise ValueError(f"no loss of {losses} takes {spelled(unused[0], aliases)}")
@@ -215,5 +216,5 @@ def shared_params(
                 {n: v for n, v in aliases.items() if n in taken},
             ),
         }
-        for (loss, own), taken in zip(plan, takes_, strict=True)
+        for (loss, own), taken in zip(plan, accepted, strict=True)
     ]
