@@ -8,6 +8,7 @@ import pytest
 
 import losses
 from bench.util.registry import Registry
+from losses.base import FAMILIES
 from losses.contrastive import ContrastiveLoss
 from losses.registry import LOSSES, register_loss
 from miners.registry import MINERS, register_miner
@@ -92,6 +93,7 @@ def test_declarations(name):
 def test_family_and_lr_multiplier(name):
     cls = losses.get_loss_class(name)
     assert (cls.family, cls.lr_multiplier) == FAMILY_AND_LR[name]
+    assert cls.family in FAMILIES  # the report's families, which a table's column names
     if cls.lr_multiplier != 1:
         assert cls.sources.get("lr_multiplier")
     space = cls.search_space

@@ -40,9 +40,8 @@ def check_dataset_name(name: str) -> None:
     (a glyphs set's parameters are checked where it is made)."""
     from bench.util.errors import did_you_mean
 
-    if name in ("digits", *READER_NAMES) or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
-        return
-    if is_glyphs(name):
+    known = name in ("digits", *READER_NAMES) or is_glyphs(name)
+    if known or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
         return
     close = did_you_mean(name, ["digits", GLYPHS_NAME, *READER_NAMES])
     raise ValueError(

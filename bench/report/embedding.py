@@ -277,11 +277,11 @@ def dims_figure(part: pd.DataFrame) -> bytes:
 def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None) -> Files:
     """<table>.md, .csv, .png, -paper.csv and -recall-at-k.png (Meyer et al. 2018 Tables 1-2, Fig.
     2)."""
-    summary = summarise(part)
+    summary, trained = summarise(part), trained_runs(part)
     papers = paper_table(part["dataset"].iloc[0], part["protocol"].iloc[0])
-    differences = compare_rows(trained_runs(part), reference)
+    differences = compare_rows(trained, reference)
     baselines = frozenset(part.loc[part["loss"] == BASELINE_LOSS, "name"])
-    answer = answer_text(summary, differences, trained_runs(part))
+    answer = answer_text(summary, differences, trained)
     text = markdown_table(summary, table, setup_line(part), differences, baselines, answer)
     files = {
         f"{table}.md": (text + paper_markdown(papers)).encode(),
@@ -294,7 +294,6 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
         ).encode()
     if len(papers):
         files[f"{table}-paper.csv"] = papers.to_csv(index=False).encode()
-    trained = trained_runs(part)
     if len(trained):
         files[f"{table}-recall-at-k.png"] = recall_figure(trained)
     return files
