@@ -10,14 +10,18 @@ so what a study spent is the sum over its trials, whatever their state.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import optuna
+import pandas as pd
+from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
 from bench.train.trainer import Trainer
 
 EPOCHS_TRAINED = "epochs_trained"
+EPOCHS_REUSED = "epochs_reused"  # of runs found finished, read instead of trained
 # Set on a trial that stopped before training (a duplicate, or a study already full): it
 # neither counts against the budget nor was pruned for its scores.
 SKIPPED = "skipped"
@@ -86,9 +90,23 @@ def count_epoch(trial: optuna.Trial) -> None:
     trial.set_user_attr(EPOCHS_TRAINED, trial.user_attrs.get(EPOCHS_TRAINED, 0) + 1)
 
 
-def epochs_trained(trials: list[FrozenTrial]) -> int:
-    """The epochs the trials trained, whatever became of them."""
-    return sum(int(t.user_attrs.get(EPOCHS_TRAINED, 0)) for t in trials)
+def epochs_trained(trials: list[FrozenTrial], attr: str = EPOCHS_TRAINED) -> int:
+    """The epochs the trials trained, whatever became of them. A trial retried after its
+    worker was lost is left out: its retry took over its count (Optuna copies the user
+    attributes), and goes on from it."""
+    retried = {retried_from(t) for t in trials} - {None}
+    return sum(int(t.user_attrs.get(attr, 0)) for t in trials if t.number not in retried)
+
+
+def retried_from(trial: FrozenTrial) -> int | None:
+    with warnings.catch_warnings():  # "experimental" since Optuna 2.8, stable for this use
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
+
+
+def count_reused(trial: optuna.Trial, epochs: int) -> None:
+    """A run of the trial found finished (by an earlier study): its epochs read, not trained."""
+    trial.set_user_attr(EPOCHS_REUSED, trial.user_attrs.get(EPOCHS_REUSED, 0) + epochs)
 
 
 def counts(trial: FrozenTrial) -> bool:
@@ -111,12 +129,25 @@ def ended(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 
 def savings(trials: list[FrozenTrial], steps: int) -> dict[str, int]:
-    """What pruning saved: the epochs the counted trials trained, against the epochs the same
-    trials would have trained unpruned (`steps` each: folds x epochs)."""
+    """What pruning saved: the epochs the trials trained (and those read from runs found
+    finished), against the epochs the ended trials would have trained unpruned (`steps` each:
+    folds x epochs)."""
     counted = ended(trials)
     return {
         "trials": len(counted),
         "pruned": sum(t.state == TrialState.PRUNED for t in counted),
         "epochs_trained": epochs_trained(trials),
+        "epochs_reused": epochs_trained(trials, EPOCHS_REUSED),
         "epochs_unpruned": len(counted) * steps,
     }
+
+
+def trials_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Optuna's table of a study's trials as `trials.csv` shows them: without the trials that
+    stopped before training (no place, no parameters), each one's epochs trained and read."""
+    if f"user_attrs_{SKIPPED}" in frame:
+        frame = frame[frame[f"user_attrs_{SKIPPED}"].isna()]
+    kept = {f"user_attrs_{name}": name for name in (EPOCHS_TRAINED, EPOCHS_REUSED)}
+    attrs = [c for c in frame if c.startswith("user_attrs_") and c not in kept]
+    frame = frame.drop(columns=attrs).rename(columns=kept).reset_index(drop=True)
+    return frame.astype({name: "Int64" for name in kept.values() if name in frame})

@@ -26,6 +26,7 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
     it had reported (the pruner's view of it; its runs resume from their checkpoints)."""
     from sqlalchemy.exc import ArgumentError
 
+    check_kept(url)
     try:
         return RDBStorage(
             url,
@@ -39,6 +40,24 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
         raise StorageError(f"--storage {shown(url)}: {first_line(err)}") from None
     except ImportError as err:
         raise StorageError(missing_driver(url, err)) from None
+
+
+def check_kept(url: str) -> None:
+    """Refuse an SQLite database in memory (`sqlite://`, `sqlite:///:memory:`): it would keep
+    no trial after the process, nor share them with another worker."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # not a URL: RDBStorage names what is wrong
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise StorageError(
+            f"--storage {url} is a database in memory, which keeps no trial after tune ends "
+            "and shares none with other workers: give a file, e.g. sqlite:///tune/studies.db, "
+            "or leave --storage out (RESULTS/tune/studies.db)"
+        )
 
 
 @contextmanager

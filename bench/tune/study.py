@@ -43,15 +43,18 @@ from bench.tune.choices import PRUNER_DEFAULT
 from bench.tune.pruning import (
     DEFAULT,
     ReportingTrainer,
+    count_reused,
     counts,
     ended,
     epochs_trained,
     make_pruner,
     savings,
     skip,
+    trials_table,
 )
 from bench.tune.sampler import SobolSampler
 from bench.tune.storage import rdb_storage, storage_errors
+from bench.tune.waiting import wait_for_running
 from bench.util.atomic import atomic_write_json
 from bench.util.names import safe_name
 from bench.util.progress import log
@@ -152,10 +155,12 @@ def pruning_line(study: optuna.Study, setup: TuneSetup) -> str:
     """What the study's trials trained, and what pruning saved against training them all."""
     saved = savings(study.get_trials(deepcopy=False), setup.steps)
     spent, full = saved["epochs_trained"], saved["epochs_unpruned"]
-    share = f" ({100 * (1 - spent / full):.0f} % saved)" if full else ""
+    reused = saved["epochs_reused"]
+    read = f" and read {reused} from runs found finished" if reused else ""
+    share = f" ({100 * (1 - (spent + reused) / full):.0f} % saved)" if full else ""
     return (
         f"{saved['trials']} trials ({saved['pruned']} pruned by {setup.pruner}) trained "
-        f"{spent} epochs, against {full} unpruned{share}"
+        f"{spent} epochs{read}, against {full} unpruned{share}"
     )
 
 
@@ -210,6 +215,8 @@ def trial_score(
         try:
             if store.is_finished(run_dir):
                 metrics = store.read_metrics(run_dir)
+                if trial is not None:
+                    count_reused(trial, cfg.epochs)
             elif trial is None:
                 metrics = Trainer(cfg, run_dir).fit(test=False)
             else:
@@ -269,14 +276,15 @@ def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> o
     ones (with other processes on the same study, between them)."""
     study = open_study(setup, loss, storage_url)
     with storage_errors(storage_url):  # the server lost while the trials run
-        done = count_done(study)
-        if not study_done(study, setup):
-            log.info(f"{study.study_name}: {done} of {setup.trials} trials done; going on")
+        while not study_done(study, setup):
+            log.info(f"{study.study_name}: {count_done(study)} of {setup.trials} trials done")
             study.optimize(
                 objective(setup, loss, Path(results) / "tune" / "trials"),
                 n_trials=setup.trials,
                 callbacks=[stop_when_done(setup)],
             )
+            if not study_done(study, setup):  # its last trials under way, or left by a kill
+                wait_for_running(study, setup.grace_s)
     return study
 
 
@@ -312,7 +320,8 @@ def write_summary(study: optuna.Study, setup: TuneSetup, loss: str, results: Pat
     """results/tune/<study>/: best.json (the chosen parameters), trials.csv, and Optuna's
     optimisation history and parameter importances as PNG."""
     out = Path(results) / "tune" / study.study_name
-    trials = study.trials_dataframe(attrs=("number", "value", "params", "state"))
+    trials = study.trials_dataframe(attrs=("number", "value", "params", "state", "user_attrs"))
+    trials = trials_table(trials)
     (out).mkdir(parents=True, exist_ok=True)
     trials.to_csv(out / "trials.csv", index=False)
     record = {

@@ -1,0 +1,89 @@
+"""What a study records when a worker is killed, a trial is retried or a run is found finished:
+the study is done only when its trials have ended, trials.csv lists the trials that took a
+place, and the epochs are counted once (issue 43, item 7)."""
+
+import time
+
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+from bench.tune.pruning import EPOCHS_TRAINED, epochs_trained, savings
+from bench.tune.study import (
+    TuneSetup,
+    default_params,
+    open_study,
+    pruning_line,
+    suggest,
+    tune_loss,
+    write_summary,
+)
+from tests.conftest import cli
+
+TINY = "glyphs:classes=20,instances=12"
+
+
+def test_a_trial_left_running_by_a_killed_worker_is_waited_for_and_retried(tmp_path):
+    setup = TuneSetup(TINY, 4, trials=2, epochs=1, grace_s=2)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = open_study(setup, "contrastive", url)
+    killed = study.ask()  # the default, taken by a worker that then died with a heartbeat
+    suggest(killed, setup.space("contrastive"))
+    study._storage.record_heartbeat(killed._trial_id)
+    time.sleep(0.2)  # the same command again at once, well inside the grace period
+    study = tune_loss(setup, "contrastive", url, tmp_path)
+    states = {t.number: t.state for t in study.trials}
+    assert TrialState.RUNNING not in states.values(), states
+    ended = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(ended) == 2, states  # the budget's two trials, none missing
+    assert states[killed.number] == TrialState.FAIL
+    retry = ended[-1]
+    assert retry.params == default_params(setup, "contrastive"), states
+    assert savings(study.trials, setup.steps) == {
+        "trials": 2, "pruned": 0, "epochs_trained": 2, "epochs_reused": 0, "epochs_unpruned": 2
+    }  # fmt: skip
+    folder = write_summary(study, setup, "contrastive", tmp_path)
+    table = pd.read_csv(folder / "trials.csv")
+    # A trial that stopped before training (the study seen full) is no row of its own.
+    assert table["number"].tolist() == [killed.number, *(t.number for t in ended)]
+    assert table["state"].tolist() == ["FAIL", "COMPLETE", "COMPLETE"]
+    assert table["params_lr"].notna().all()
+
+
+def test_a_retried_trial_carries_the_epochs_of_the_one_it_retries_once():
+    study = optuna.create_study()
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)}
+    lost = optuna.create_trial(
+        state=TrialState.FAIL, params={"lr": 0.01}, distributions=dist,
+        user_attrs={EPOCHS_TRAINED: 2},
+    )  # fmt: skip
+    study.add_trial(lost)
+    # Optuna's retry copies the user attributes: 2 inherited, then 3 more trained.
+    retry = optuna.create_trial(
+        state=TrialState.COMPLETE, value=0.5, params={"lr": 0.01}, distributions=dist,
+        user_attrs={EPOCHS_TRAINED: 5}, system_attrs={"failed_trial": 0},
+    )  # fmt: skip
+    study.add_trial(retry)
+    assert epochs_trained(study.trials) == 5
+
+
+def test_runs_found_finished_are_read_not_counted_as_saved_by_pruning(tmp_path):
+    setup = TuneSetup(TINY, 4, trials=2, epochs=2, pruner="none")  # every run finished
+    tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'first.db'}", tmp_path)
+    # The study's database lost, its runs kept: the new study reads them.
+    again = tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'second.db'}", tmp_path)
+    saved = savings(again.trials, setup.steps)
+    assert saved["epochs_trained"] == 0 and saved["epochs_reused"] == 4
+    line = pruning_line(again, setup)
+    assert "trained 0 epochs and read 4 from runs found finished" in line
+    assert "(0 % saved)" in line, line
+
+
+def test_a_study_in_memory_is_refused(tmp_path):
+    for url in ("sqlite:///:memory:", "sqlite://", "sqlite:///"):
+        args = ["--loss", "contrastive", "--dataset", TINY, "--trials", "2", "--storage", url]
+        out = cli("tune", *args, "--results", tmp_path)
+        assert out.exit_code == 1
+        assert "is a database in memory" in out.output and "Traceback" not in out.output
+        assert len(out.output.strip().splitlines()) == 1
+    assert not (tmp_path / "tune").exists()
