@@ -247,6 +247,18 @@ def test_nml_needs_non_negative_features(tmp_path) -> None:
     assert not (tmp_path / "results").exists()
 
 
+def test_a_fit_that_diverges_is_a_one_line_error_that_writes_no_run(tmp_path) -> None:
+    # Issue 43: at --lr 100 linear-ml's SGD overflowed, and faiss failed on the NaN embeddings
+    # with a traceback, a run folder left holding only its config.
+    args = ["--method", "linear-ml", "--dims", "8", "--pairs", "1000", "--iterations", "2000"]
+    out = CliRunner().invoke(main, ["linear", *args, "--lr", "100", "--results", tmp_path])
+    assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+    (error,) = out.output.split("Error: ")[1:]
+    assert error.startswith("linear-ml d=8: the fit diverged") and error.count("\n") == 1
+    assert "give a smaller --lr than 100" in out.output
+    assert not list(tmp_path.glob("*linear-ml*"))
+
+
 def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
     out = cli(
         "linear", "--dims", "8", "--pairs", "4000", "--iterations", "20000", "--results", tmp_path

@@ -127,6 +127,8 @@ def run_linear_method(
     start = time.perf_counter()
     model.fit(x, y)  # first: a method that rejects the features leaves no folder behind
     fit_seconds = time.perf_counter() - start
+    emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
+    check_finite(emb, method, dims, resolved)
     config = {
         **record,
         "protocol": Linear.registry_name,
@@ -137,7 +139,6 @@ def run_linear_method(
         "versions": {**package_versions(), "scikit-learn": version("scikit-learn")},
     }
     atomic_write_json(target / store.CONFIG, config)
-    emb, labels = np.ascontiguousarray(model.transform(features.test)), features.test_labels
     found, scores = evaluate(emb, labels, seed=seed, with_scores=True)
     store.save_test_embeddings(target, emb, labels, scores)
     curve = mprec_at_k(emb, labels)
@@ -159,6 +160,18 @@ def run_linear_method(
     if finished:
         store.replace_run(target, run_dir)
     return run_dir
+
+
+def check_finite(emb: np.ndarray, method: str, dims: int, params: dict[str, Any]) -> None:
+    """Refuse a fit whose test embeddings hold NaN or inf (SGD that diverged), before any of
+    the run is written."""
+    if np.isfinite(emb).all():
+        return
+    hint = f"; give a smaller --lr than {params['lr']:g}" if "lr" in params else ""
+    raise ValueError(
+        f"{method} d={dims}: the fit diverged (its projection gives NaN or inf embeddings), "
+        f"and none of the run was written{hint}"
+    )
 
 
 def linear_runs(
