@@ -172,6 +172,20 @@ def test_mlflow_takes_the_tracking_uri_from_the_environment(tmp_path, monkeypatc
     assert not list(tmp_path.iterdir())
 
 
+def test_an_sqlite_store_that_cannot_be_written_is_one_line_before_any_run(tmp_path, monkeypatch):
+    # Issue 43: on a read-only file system MLflow retried for 100 s, then gave a traceback.
+    pytest.importorskip("mlflow", reason="--log mlflow needs nngk-bench[log]")
+    (tmp_path / "a-file").write_text("not a folder")
+    store = tmp_path / "a-file" / "mlflow.db"  # a folder that cannot be made, even by root
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    out = train(tmp_path / "results", "--log", "mlflow")
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    assert out.output.startswith(f"Error: --log mlflow: cannot write the tracking store {store}")
+    assert "$MLFLOW_TRACKING_URI" in out.output and not (tmp_path / "results").exists()
+    with pytest.raises(ValueError, match="cannot write the tracking store"):
+        open_run_log("mlflow", tmp_path, RunConfig())
+
+
 def test_the_log_is_not_part_of_the_run_id():
     assert RunConfig(log="tensorboard").run_id() == RunConfig(log="mlflow").run_id()
     assert RunConfig(log="mlflow").run_id() == RunConfig().run_id()

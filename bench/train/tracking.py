@@ -40,8 +40,8 @@ FLUSH_EVERY = 500  # MLflow metrics kept before a write (a write takes ~20 ms on
 
 
 def require(kind: str) -> None:
-    """A one-line ValueError for an unknown kind, or one naming the install when its package
-    is missing."""
+    """A one-line ValueError for an unknown kind, one naming the install when its package is
+    missing, or one naming $MLFLOW_TRACKING_URI's SQLite file where it cannot be written."""
     if kind not in LOG_KINDS:
         raise ValueError(f"unknown --log {kind!r}; expected one of {', '.join(LOG_KINDS)}")
     if kind != "none" and importlib.util.find_spec(kind) is None:
@@ -50,6 +50,8 @@ def require(kind: str) -> None:
             f"--log {kind} needs the {kind} package: pip install 'nngk-bench[log]' "
             f"(or pip install {package})"
         )
+    if kind == "mlflow" and os.environ.get("MLFLOW_TRACKING_URI"):  # before any run is written
+        check_sqlite_store(os.environ["MLFLOW_TRACKING_URI"])
 
 
 class RunLog:
@@ -206,6 +208,35 @@ def mlflow_store(results: Path) -> tuple[str, str | None]:
     return f"sqlite:///{results / MLFLOW_DB}", (results / MLFLOW_ARTIFACTS).as_uri()
 
 
+def check_sqlite_store(uri: str) -> None:
+    """A one-line ValueError where an SQLite store cannot be written (its folder read-only or
+    not creatable): MLflow would retry for 100 s, then end in SQLAlchemy's traceback."""
+    import sqlite3
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        return  # not a database URL: MLflow's own store, or its error
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path = Path(url.database)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(path) as db:
+            db.execute("BEGIN IMMEDIATE")  # takes the write lock: fails where none is allowed
+            db.rollback()
+        db.close()
+    except (OSError, sqlite3.Error) as err:
+        raise ValueError(
+            f"--log mlflow: cannot write the tracking store {path} ({err}); point "
+            "$MLFLOW_TRACKING_URI at a file in a folder you can write, or unset it "
+            "(RESULTS/mlflow.db)"
+        ) from None
+
+
 def mlflow_name(tag: str) -> str:
     """A tag as MLflow takes it: letters, digits, `_-. /:` only."""
     return re.sub(r"[^\w.\- /:]", "_", tag.replace("@", "_at_"))
@@ -226,6 +257,7 @@ class MlflowLog(RunLog):
         # A forced rerun trains in a staging folder beside the others: its parent is the results.
         uri, self.artifacts = mlflow_store(run_dir.parent)
         self.pending: list = []
+        check_sqlite_store(uri)
         try:
             self.client = MlflowClient(tracking_uri=uri)
             self.run_id = self.resumed(run_dir) or self.started(run_dir, cfg)
