@@ -207,6 +207,8 @@ def test_features_file_is_read_by_split(tmp_path) -> None:
         ({"labels": np.arange(5)}, "labels has shape (5,)"),
         ({"features": np.zeros(12)}, "features has shape (12,)"),
         ({"split": np.zeros(12)}, "split has shape (12,) and dtype float64"),
+        # Finite in float32, yet their squared lengths overflow (issue 43: a baseline of zeros).
+        ({"features": good_arrays()["features"] * 1e30}, "features reach 9.97e+29 in 12 row(s)"),
     ],
 )
 def test_bad_features_file_is_a_one_line_error(tmp_path, change, message) -> None:
@@ -217,6 +219,12 @@ def test_bad_features_file_is_a_one_line_error(tmp_path, change, message) -> Non
     text = str(err.value)
     assert message in text and "\n" not in text
     assert "expected an .npz with arrays features" in text
+
+
+def test_features_up_to_1e15_load(tmp_path) -> None:
+    arrays = good_arrays()
+    path = write_npz(tmp_path / "f.npz", **{**arrays, "features": arrays["features"] * 1e15})
+    assert load_features(f"features:{path}").train.max() == pytest.approx(9.97e14, rel=0.01)
 
 
 def test_missing_or_unreadable_features_file(tmp_path) -> None:

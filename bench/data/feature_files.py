@@ -16,6 +16,8 @@ from bench.util.atomic import atomic_save_npz
 
 SPLITS = ("train", "val", "test")
 ARRAYS = ("features", "labels", "split")
+# The largest |feature| whose squares, 2^20 of them summed, stay finite in float32 (1.8e16).
+LARGEST_FEATURE = float(np.sqrt(np.finfo(np.float32).max / 2**20))
 FORMAT = (
     "expected an .npz with arrays features (N x F floats, F >= 1), labels (N integers) and "
     "split (N strings, each 'train', 'val' or 'test'), as `nngk-bench features` writes it"
@@ -127,7 +129,22 @@ def _checked_features(path: Path, features: np.ndarray) -> np.ndarray:
             f"features has NaN, infinite or beyond-float32 values in {int(bad.sum())} row(s), "
             f"e.g. row {int(bad.argmax())}",
         )
-    return as_float32
+    return checked_scale(path, as_float32)
+
+
+def checked_scale(path: Path, features: np.ndarray) -> np.ndarray:
+    """A one-line error for features so large that sums of their squares overflow float32
+    (finite values of 1e30 made the raw-inputs baseline all zeros, the head collapse)."""
+    peak = float(np.abs(features).max(initial=0.0))
+    if peak > LARGEST_FEATURE:
+        rows = int((np.abs(features) > LARGEST_FEATURE).any(axis=1).sum())
+        raise _bad(
+            path,
+            f"features reach {peak:.3g} in {rows} row(s): beyond {LARGEST_FEATURE:.2g}, a sum "
+            "of 2^20 squares (a row's length, a batch's variance, a distance) overflows "
+            "float32; scale them down, e.g. divide by their largest value, and save again",
+        )
+    return features
 
 
 def write_features(path: Path, features: np.ndarray, labels: np.ndarray, split: np.ndarray):
