@@ -74,6 +74,43 @@ def test_a_class_balanced_batch_of_one_class_is_refused(tmp_path, args, fix):
     assert line.endswith(fix) or fix + " (" in line
 
 
+@pytest.mark.parametrize(
+    "batch, m, fix",
+    [
+        # Issue 43: trained 4 x 4 while config.json said 3; and "a batch of 64 with 64 examples
+        # of each class" for an m of 50.
+        (16, 3, "give a --m-per-class of 2 or 4 or 8, or a --batch-size of 15 or 18"),
+        (60, 7, "give a --m-per-class of 4 or 5 or 6, or a --batch-size of 56 or 63"),
+    ],
+)
+def test_an_m_per_class_that_does_not_divide_the_batch_is_refused(tmp_path, batch, m, fix):
+    args = ["--loss", "contrastive", "--batch-size", str(batch), "--m-per-class", str(m)]
+    line = refused(tmp_path / "r", "--dataset", "digits", "--dims", "8", *args)
+    assert f"--m-per-class {m} does not divide --batch-size {batch}" in line
+    assert line.endswith(fix), line
+    args = ["--loss", "contrastive", "--batch-size", "64", "--m-per-class", "50"]
+    line = refused(tmp_path / "r", "--dataset", "digits", "--dims", "8", *args)
+    assert "a class-balanced batch of 64 with --m-per-class 50 holds a single class" in line
+
+
+def test_an_m_raised_for_too_few_classes_is_said():
+    from bench.train.loaders import load_data, raised_m_note
+    from bench.train.presets import make_configs
+    from losses import build_loss
+
+    data_set = "glyphs:classes=8,instances=40"  # 4 training classes: 4 x 4 fills no batch of 32
+    (cfg,) = make_configs(data_set, "contrastive", (8,), {}, batch_size=32, m_per_class=4)
+    data = load_data(cfg)
+    loss = build_loss("contrastive", {}, num_train=len(data.train), num_classes=4, dims=8)
+    note = raised_m_note(cfg, loss, data)
+    assert note == (
+        "4 examples a class raised to 8: 4 training classes x 4 cannot fill a batch of 32 "
+        "(recorded as the sampler, 4 classes x 8)"
+    )
+    (cfg,) = make_configs(data_set, "contrastive", (8,), {}, batch_size=16, m_per_class=4)
+    assert raised_m_note(cfg, loss, data) is None
+
+
 def test_steps_record_their_least_and_greatest_loss_across_epochs():
     progress = {}
     for values in ([0.5, 0.25], [1.0]):

@@ -45,6 +45,22 @@ def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
     return f"{cfg.batch_size // m} classes x {m}"
 
 
+def raised_m_note(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str | None:
+    """Why a class-balanced batch holds more examples of a class than --m-per-class, if it
+    does: too few training classes to fill it."""
+    if not loss.class_balanced:
+        return None
+    labels = np.asarray(data.train.labels)
+    m, classes = per_class(cfg, labels), len(np.unique(labels))
+    if m == cfg.m_per_class:
+        return None
+    return (
+        f"{cfg.m_per_class} examples a class raised to {m}: {classes} training classes x "
+        f"{cfg.m_per_class} cannot fill a batch of {cfg.batch_size} (recorded as the sampler, "
+        f"{cfg.batch_size // m} classes x {m})"
+    )
+
+
 class EpochBatches:
     """The training batches of an epoch, drawn afresh from the epoch's seed alone (a resumed
     run sees the same batches); with several processes, this one's slice of each batch. One

@@ -90,14 +90,32 @@ def check_batches(cfg: RunConfig, data: DataSplits) -> None:
         )
     if not get_loss_class(cfg.loss).class_balanced:
         return
+    check_m_divides(cfg)
     m = per_class(cfg, labels)
     if cfg.batch_size // m < 2:
         raise ValueError(
-            f"a class-balanced batch of {cfg.batch_size} with {m} examples of each class holds "
-            f"a single class: {cfg.loss} has no other class to tell it from and would train "
+            f"a class-balanced batch of {cfg.batch_size} with --m-per-class {cfg.m_per_class} "
+            f"holds a single class: {cfg.loss} has no other class to tell it from and would train "
             f"nothing (a loss of 0 at every step); give a --batch-size of {2 * cfg.m_per_class}"
             f" or more (a multiple of --m-per-class {cfg.m_per_class}){smaller_m(cfg)}"
         )
+
+
+def check_m_divides(cfg: RunConfig) -> None:
+    """A class-balanced batch is classes x m: an m that does not divide the batch is refused
+    (as pytorch-metric-learning's MPerClassSampler does), not silently raised."""
+    if cfg.batch_size % cfg.m_per_class == 0 or cfg.batch_size < 2 * cfg.m_per_class:
+        return  # the latter: a batch of one class, refused as such
+    divisors = [m for m in range(2, cfg.batch_size // 2 + 1) if cfg.batch_size % m == 0]
+    near = sorted(divisors, key=lambda m: abs(m - cfg.m_per_class))[:3]
+    below = cfg.batch_size - cfg.batch_size % cfg.m_per_class
+    sizes = [b for b in (below, below + cfg.m_per_class) if b >= 2 * cfg.m_per_class]
+    raise ValueError(
+        f"--m-per-class {cfg.m_per_class} does not divide --batch-size {cfg.batch_size} (a "
+        f"class-balanced batch is classes x m): give a --m-per-class of "
+        f"{' or '.join(map(str, sorted(near)))}, or a --batch-size of "
+        f"{' or '.join(map(str, sizes or [2 * cfg.m_per_class]))}"
+    )
 
 
 def smaller_m(cfg: RunConfig) -> str:

@@ -43,6 +43,7 @@ from bench.train.loaders import (
     epoch_loader,
     input_size,
     load_data,
+    raised_m_note,
     sampler_text,
     train_loader,
 )
@@ -95,6 +96,8 @@ class Trainer:
             num_classes=self.data.num_train_classes,
             dims=cfg.dims,
         )
+        if note := raised_m_note(cfg, self.loss, self.data):
+            log.info(f"{self.name}: {note}")
         self.model.to(self.device)
         self.loss.to(self.device)
         if cfg.freeze_backbone:
