@@ -1,5 +1,6 @@
 import hashlib
 import io
+import shutil
 
 import numpy as np
 import pytest
@@ -38,6 +39,12 @@ def test_parse_names_and_defaults():
         ("glyphs:difficulty=nan", "glyphs needs 0 <= difficulty <= 3"),
         # Issue 43: the last value was taken, and the run named "classes-20-classes-30".
         ("glyphs:classes=20,classes=30", "glyphs parameter classes is given twice"),
+        # Issue 43: a raw allocator error ("you tried to allocate 160000000000 bytes").
+        (
+            "glyphs:size=100000",
+            r"glyphs needs size <= 512; got 100000, whose 200 x 30 images "
+            r"would take 6e\+04 GB",
+        ),
     ],
 )
 def test_bad_names_are_one_line_errors(name, message):
@@ -81,6 +88,23 @@ def test_the_chunk_rendered_at_once_changes_no_pixel(monkeypatch):
     name, digest = BEFORE_CHUNKS[2]
     images, _ = generate(GlyphSpec.parse(name))
     assert hashlib.sha1(images.tobytes()).hexdigest()[:16] == digest
+
+
+def test_images_rendered_a_few_at_a_time_change_no_pixel(monkeypatch):
+    # Large images are rendered a few at a time (a class of 256-px images took 12.7 GB at once).
+    monkeypatch.setattr(G, "RENDER_PIXELS", 3 * 20 * 20)  # 3 images a piece, not 13 x 23
+    name, digest = BEFORE_CHUNKS[2]
+    images, _ = generate(GlyphSpec.parse(name))
+    assert hashlib.sha1(images.tobytes()).hexdigest()[:16] == digest
+
+
+def test_a_set_larger_than_the_cache_disk_is_refused_before_it_is_drawn(cache, monkeypatch):
+    free = shutil.disk_usage(cache.parent).free
+    classes = free // (30 * 28 * 28) + 1  # a set one class past the disk's free bytes
+    spec = GlyphSpec(classes=int(classes))
+    with pytest.raises(ValueError, match=r"GB free on the disk of .*; give fewer classes"):
+        load_glyphs(spec, say=pytest.fail)
+    assert not cache.exists() or not any(cache.iterdir())
 
 
 def test_a_class_looks_the_same_whatever_the_number_of_classes():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import zipfile
 from dataclasses import asdict, dataclass, fields, replace
@@ -48,6 +49,8 @@ WIDTH = 0.035  # stroke width, in image sides (the Gaussian profile's standard d
 WIDTH_JITTER = 0.25  # the width varies by +- this share
 NOISE = 0.08  # pixel noise (standard deviation, intensities in [0, 1])
 RENDER_CHUNK = 256  # images rendered at once (whole classes: one at least)
+MAX_SIZE = 512  # pixels a side; a backbone's --resize scales them up
+RENDER_PIXELS = 256 * 28 * 28  # pixels rendered at once (their distances to every point)
 READ_BLOCK = 1 << 24  # bytes read at once to check a cache's CRC
 PROGRESS_FROM = 50_000  # images: a progress bar while generating a set this large
 
@@ -92,11 +95,22 @@ class GlyphSpec:
             raise ValueError(
                 f"glyphs needs classes >= 4, instances >= 2 and size >= 8; got {self.name()}"
             )
+        if self.size > MAX_SIZE:  # was a raw allocator error
+            raise ValueError(
+                f"glyphs needs size <= {MAX_SIZE}; got {self.size}, whose {self.classes} x "
+                f"{self.instances} images would take {self.nbytes / 1e9:.3g} GB; give a smaller "
+                "size (a backbone's --resize scales the images up)"
+            )
         if not 0 <= self.difficulty <= 3 or self.seed < 0 or self.first < 0:  # NaN too
             raise ValueError(
                 f"glyphs needs 0 <= difficulty <= 3, seed >= 0 and first >= 0; got {self.name()}"
             )
         return self
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its images, one a pixel."""
+        return self.classes * self.instances * self.size**2
 
     def class_indices(self) -> range:
         """The indices of its classes among all the classes of its seed."""
@@ -178,7 +192,14 @@ def class_images(spec: GlyphSpec, positions: range) -> np.ndarray:
     padded = np.concatenate(
         [np.concatenate([p, p[:, :1].repeat(longest - p.shape[1], 1)], 1) for p in points]
     )
-    images = render(padded, np.concatenate(widths), spec.size)
+    widths = np.concatenate(widths)
+    step = max(1, RENDER_PIXELS // spec.size**2)  # large images a few at a time
+    images = np.concatenate(
+        [
+            render(padded[i : i + step], widths[i : i + step], spec.size)
+            for i in range(0, len(padded), step)
+        ]
+    )
     noise = np.concatenate([class_noise(spec, index) for index in indices])
     images = np.clip(images + NOISE * spec.difficulty * noise, 0, 1)
     return np.round(images * 255).astype(np.uint8)
@@ -293,6 +314,18 @@ def write_cache(path: Path, spec: GlyphSpec) -> None:
         raise
 
 
+def check_room(spec: GlyphSpec, folder: Path) -> None:
+    """A one-line error where the set cannot fit the cache's disk (nor, then, memory)."""
+    probe = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    free = shutil.disk_usage(probe).free if probe else None
+    if free is not None and spec.nbytes > free:
+        raise ValueError(
+            f"{spec.name()} takes {spec.nbytes / 1e9:.3g} GB, more than the "
+            f"{free / 1e9:.3g} GB free on the disk of {folder}; give fewer classes, instances "
+            "or a smaller size, or point $NNGK_CACHE at a larger disk"
+        )
+
+
 def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
     """The images (memory-mapped from the cache) and labels of a glyphs set, generated into the
     cache first where it is missing or damaged (replaced whole, never read); in memory where
@@ -302,6 +335,7 @@ def load_glyphs(spec: GlyphSpec, say=log.info) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(cached, str):
         return cached
     count = spec.classes * spec.instances
+    check_room(spec, path.parent)
     why = "" if cached == "missing" else f" (the cached file was {cached})"
     say(f"generating {spec.name()}: {count} images of {spec.size}x{spec.size} into {path}{why}")
     try:
