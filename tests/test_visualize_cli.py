@@ -61,6 +61,22 @@ def test_an_unfinished_run_to_compare_with_is_refused_too(tmp_path):
     assert not list(run.glob("*.png"))
 
 
+def test_a_baseline_row_is_refused_naming_how_to_see_it_beside_a_run(tmp_path):
+    # Issue 43: "train_embeddings.npz not found; visualize needs a finished run of this version".
+    base = tmp_path / "base"
+    base.mkdir()
+    config = RunConfig(dataset="digits", dims=64, epochs=0, loss="untrained").to_dict()
+    atomic_write_json(base / "config.json", {**config, "features": "raw inputs"})
+    atomic_write_json(base / "metrics.json", {"map@r": 0.3})
+    labels = np.repeat(np.arange(5), 4)
+    atomic_save_npz(base / "test_embeddings.npz", embeddings=np.eye(20, 64), labels=labels)
+    out = CliRunner().invoke(main, ["visualize", str(base)])
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    assert out.output.startswith(f"Error: {base} is a baseline row (raw inputs), not a trained")
+    assert out.output.strip().endswith(f"nngk-bench visualize TRAINED_RUN --compare {base}")
+    assert not list(base.glob("*.png"))
+
+
 def test_the_first_line_comes_before_anything_slow(tmp_path):
     run = write_run(tmp_path / "run", finished=True)
     command = [sys.executable, "-m", "bench.cli", "visualize", str(run), "--no-gallery"]

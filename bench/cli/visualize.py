@@ -9,6 +9,7 @@ import click
 
 from bench.protocols import VERIFICATION, get_protocol
 from bench.runs import store
+from bench.runs.config import BASELINE_LOSS
 from bench.util.progress import log
 
 
@@ -77,6 +78,8 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
         )
     for folder in (*runs, compare):
         check_finished(folder)
+    for folder in runs:
+        check_trained(folder)
     for run_dir in runs:
         target = (out / run_dir.name if len(runs) > 1 else out) if out else run_dir
         for path in visualize_one(run_dir, target, max_points, gallery, compare, queries, k):
@@ -132,6 +135,22 @@ def check_finished(run_dir: Path | None) -> None:
         f"{run_dir} is an unfinished run (no {store.METRICS}{epochs_trained(run_dir)}): "
         "visualize draws a finished run's tested embeddings; let the run finish, or if it "
         "was stopped, run the command that started it again (it resumes), then visualize it"
+    )
+
+
+def check_trained(run_dir: Path) -> None:
+    """A one-line error for a baseline row (raw inputs, an untrained network): it has test
+    embeddings only, no training ones to draw; it can be set beside a trained run."""
+    try:
+        config = json.loads((run_dir / store.CONFIG).read_text())
+    except (OSError, ValueError):
+        return  # loading its embeddings says what is missing
+    if not isinstance(config, dict) or config.get("loss") != BASELINE_LOSS:
+        return
+    raise click.ClickException(
+        f"{run_dir} is a baseline row ({config.get('features', 'untrained')}), not a trained "
+        "run: it has no training embeddings to draw; set its retrieval beside a trained run's "
+        f"with: nngk-bench visualize TRAINED_RUN --compare {run_dir}"
     )
 
 

@@ -17,6 +17,7 @@ from bench.evaluation.metrics import METRIC_KEYS
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
 from bench.runs.config import (
+    BASELINE_LOSS,
     NOT_HASHED,
     RunConfig,
     canonical_preset,
@@ -26,7 +27,6 @@ from bench.runs.config import (
 from bench.util.names import fitted_name, safe_name
 from losses import loss_family
 
-BASELINE_LOSS = "untrained"
 RAW_BASELINE = "raw inputs"
 # What keys a run's row otherwise: its table (data set, protocol, preset), its method (loss;
 # its parameters as param_*), its size and seed; and what only locates the data or names the

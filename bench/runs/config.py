@@ -16,6 +16,8 @@ from typing import Any
 from bench.protocols import shown_protocol
 from bench.util.names import NAME_MAX, fitted_name, safe_name
 
+BASELINE_LOSS = "untrained"  # the loss name of the data set's baseline rows
+
 # Where the data lies, how it is loaded, which preset gave the defaults and where the run is
 # logged do not change what a run computes.
 NOT_HASHED = ("data_root", "workers", "preset", "log")

@@ -15,7 +15,12 @@ from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
-from bench.runs.config import RunConfig, current_weights_label, untrained_label
+from bench.runs.config import (
+    BASELINE_LOSS,
+    RunConfig,
+    current_weights_label,
+    untrained_label,
+)
 from bench.train.evaluations import retrieval_scores
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
@@ -24,8 +29,6 @@ from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
 from losses import loss_family
-
-BASELINE = "untrained"  # the loss name of both baseline rows
 
 
 def run_summary(cfg: RunConfig, **extra) -> dict:
@@ -64,7 +67,7 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
     return RunConfig(
         dataset=cfg.dataset,
         protocol=cfg.protocol,
-        loss=BASELINE,
+        loss=BASELINE_LOSS,
         dims=dims,
         epochs=0,
         resize=cfg.resize,
