@@ -87,3 +87,13 @@ def test_a_study_in_memory_is_refused(tmp_path):
         assert "is a database in memory" in out.output and "Traceback" not in out.output
         assert len(out.output.strip().splitlines()) == 1
     assert not (tmp_path / "tune").exists()
+
+
+def test_trials_that_cannot_run_are_refused_before_any_study(tmp_path):
+    # Issue 43: --folds 50 failed each trial, after Optuna's 40-line traceback.
+    args = ["--loss", "contrastive", "--dataset", TINY, "--trials", "2", "--folds", "50"]
+    out = cli("tune", *args, "--results", tmp_path)
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    assert "fold 0 of 50 over 10 training classes" in out.output
+    assert "(here 5 folds at most)" in out.output
+    assert not (tmp_path / "tune").exists()

@@ -151,6 +151,10 @@ def tune(
         pruner=pruner,
         epoch_budget=epoch_budget,
     )
+    try:  # each loss's trial runs checked on their data before any study starts
+        check_trials(setup, names)
+    except ValueError as err:
+        raise click.ClickException(first_line(err)) from None
     url = storage or default_storage(results)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
@@ -179,6 +183,16 @@ def tune(
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
+
+
+def check_trials(setup, names: list[str]) -> None:
+    """A one-line ValueError for trials that could not run (e.g. more class folds than the
+    training classes allow), before Optuna logs each failed trial's traceback."""
+    from bench.train.preflight import check_runs
+    from bench.tune.study import default_params, trial_configs
+
+    for name in names:
+        check_runs(trial_configs(setup, name, default_params(setup, name)))
 
 
 def tune_worker(setup, names: list[str], storage_url: str, results: Path) -> None:

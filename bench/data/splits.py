@@ -94,9 +94,10 @@ def class_fold(labels: np.ndarray, fold: int, folds: int) -> tuple[np.ndarray, n
     classes, shuffled with a fixed seed; every class is validated in exactly one fold."""
     classes = np.random.default_rng(SPLIT_SEED).permutation(np.unique(labels))
     if len(classes) < 2 * folds or not 0 <= fold < folds:
+        most = len(classes) // 2
         raise ValueError(
             f"fold {fold} of {folds} over {len(classes)} training classes: each fold needs two "
-            "classes at least, and 0 <= fold < folds"
+            f"classes at least, and 0 <= fold < folds (here {most} folds at most)"
         )
     held = np.array_split(classes, folds)[fold]
     val = np.isin(labels, held)
