@@ -202,3 +202,32 @@ def test_evaluate_gallery_hands_back_its_per_query_scores():
     assert scores.keys() == plain.keys()
     for key, values in scores.items():
         np.testing.assert_array_equal(values, plain[key])  # NaN for the query without a class
+
+
+def test_a_long_k_means_is_said_before_it_starts_with_how_to_skip_it(monkeypatch, caplog):
+    # Issue 43: 20,000 test classes spent minutes in k-means without a word.
+    from bench.evaluation import clustering
+
+    rng = np.random.default_rng(0)
+    x, labels = rng.normal(size=(60, 4)).astype(np.float32), np.repeat(np.arange(20), 3)
+    caplog.set_level("INFO", logger="nngk-bench")
+    evaluate(x, labels)
+    assert not caplog.messages  # 60 points: nothing to say
+    # 60 x 20 x 4 x (20 + 5 x 50) multiply-adds: past the threshold of the test.
+    monkeypatch.setattr(clustering, "SAID_FROM", 60 * 20 * 4 * 270)
+    evaluate(x, labels)
+    first, second = caplog.messages
+    assert first == (
+        "NMI: k-means of 60 embeddings into 20 clusters, 20 iterations (PML's), then the best "
+        "of 5 restarts of 50; --clustering pml keeps PML's alone, none skips k-means"
+    )
+    assert second.startswith("NMI: PML's k-means took 0 s; the 5 restarts take about 12.5x")
+    caplog.clear()
+    evaluate(x, labels, best_of=False)  # PML's alone: 20 iterations, below the threshold
+    assert not caplog.messages
+
+
+def test_durations_read_in_their_unit():
+    from bench.util.progress import duration
+
+    assert [duration(s) for s in (37.4, 600, 12_600)] == ["37 s", "10 min", "3.5 h"]

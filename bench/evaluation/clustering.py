@@ -6,13 +6,19 @@ import numpy as np
 from sklearn.metrics import normalized_mutual_info_score
 
 from bench.util.knn import kmeans_assign
+from bench.util.progress import log
+
+PML_ITERATIONS, BEST_ITERATIONS = 20, 50
+# Multiply-adds of a k-means (points x clusters x dims x iterations) from which it is said
+# before it starts: about 3 s on a 2-core CPU.
+SAID_FROM = 1e11
 
 
 def nmi(embeddings: np.ndarray, labels: np.ndarray) -> float:
     """NMI of one k-means run (as many clusters as classes) with the labels, exactly as PML's
     AccuracyCalculator computes it: faiss's Kmeans with 20 iterations and its other defaults
     (min_points_per_centroid only silences a warning; the result is unchanged)."""
-    return kmeans_nmi(embeddings, labels, niter=20, min_points_per_centroid=1)
+    return kmeans_nmi(embeddings, labels, niter=PML_ITERATIONS, min_points_per_centroid=1)
 
 
 def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo: int = 5) -> float:
@@ -21,7 +27,7 @@ def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo
     return kmeans_nmi(
         embeddings,
         labels,
-        niter=50,
+        niter=BEST_ITERATIONS,
         nredo=nredo,
         seed=seed,
         min_points_per_centroid=1,
@@ -33,3 +39,29 @@ def kmeans_nmi(embeddings: np.ndarray, labels: np.ndarray, **kmeans_options) -> 
     """NMI of faiss k-means clusters (as many as classes) with the labels."""
     assignment = kmeans_assign(embeddings, len(np.unique(labels)), **kmeans_options)
     return float(normalized_mutual_info_score(labels, assignment))
+
+
+def kmeans_work(embeddings: np.ndarray, labels: np.ndarray, iterations: int) -> float:
+    """Multiply-adds of k-means with a cluster per class: points x clusters x dims x iterations."""
+    n, dims = embeddings.shape
+    return float(n) * len(np.unique(labels)) * dims * iterations
+
+
+def announce_kmeans(embeddings: np.ndarray, labels: np.ndarray, restarts: int) -> bool:
+    """Say what a long NMI costs and how to skip it, before it starts (a cluster per class: at
+    tens of thousands of classes it took minutes without a word); whether it was said."""
+    iterations = PML_ITERATIONS + restarts * BEST_ITERATIONS
+    if kmeans_work(embeddings, labels, iterations) < SAID_FROM:
+        return False
+    n, clusters = len(embeddings), len(np.unique(labels))
+    then = f", then the best of {restarts} restarts of {BEST_ITERATIONS}" if restarts else ""
+    skip = (
+        "--clustering pml keeps PML's alone, none skips k-means"
+        if restarts
+        else ("--clustering none skips it")
+    )
+    log.info(
+        f"NMI: k-means of {n:,} embeddings into {clusters:,} clusters, {PML_ITERATIONS} "
+        f"iterations (PML's){then}; {skip}"
+    )
+    return True

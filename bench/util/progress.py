@@ -24,3 +24,12 @@ def show_progress() -> None:
         handler.setFormatter(logging.Formatter("%(message)s"))
         log.addHandler(handler)
     log.setLevel(logging.INFO)
+
+
+def duration(seconds: float) -> str:
+    """'40 s', '12 min' or '3.5 h'."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
