@@ -100,6 +100,23 @@ def test_one_damaged_run_is_left_out_and_named_and_the_table_kept(tmp_path):
     assert table.loc["contrastive", "runs"] == 1 and table.loc["lifted", "runs"] == 1
 
 
+def test_the_only_trained_run_damaged_keeps_the_table_of_baselines_saying_so(tmp_path):
+    # Issue 43: the whole table went, baselines and all, without a word in the report.
+    r = tmp_path / "r"
+    embedded(r, "c0", "contrastive", 0)
+    make_run(r, "raw", loss="untrained", dims=64, features="raw inputs")
+    truncate(r / "c0" / store.EMBEDDINGS)
+    written, problems, _ = write_report(r, tmp_path / "rep")
+    damaged = "c0: test_embeddings.npz is damaged (File is not a zip file)"
+    # Named once, and no builder failed on a table of baselines alone.
+    assert problems == [f"{damaged}; the run is left out of digits"]
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    title, blank, note = text.splitlines()[:3]
+    assert title.startswith("# digits") and blank == ""
+    assert note == f"> Left out, damaged: {damaged}"
+    assert pd.read_csv(tmp_path / "rep" / "digits.csv")["method"].tolist() == ["raw inputs"]
+
+
 def test_a_truncated_training_file_is_named_too(tmp_path):
     r = tmp_path / "r"
     for seed in range(3):

@@ -34,7 +34,7 @@ from bench.report.gallery_images import (
     split_images,
 )
 from bench.report.run_files import DamagedRun
-from bench.report.runs import trained_runs
+from bench.report.runs import embedded_trained_runs
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
 from bench.util.knn import knn, search
@@ -318,8 +318,7 @@ def visualize_galleries(
 def best_runs(part: pd.DataFrame) -> pd.DataFrame:
     """Of each loss, the trained run with saved test embeddings of the highest test MAP@R, then
     the lowest seed."""
-    runs = trained_runs(part)
-    runs = runs[runs["path"].map(lambda p: (Path(p) / store.EMBEDDINGS).is_file())]
+    runs = embedded_trained_runs(part)
     order = ["loss", "map@r", "seed", "run"]
     runs = runs.sort_values(order, ascending=[True, False, True, True], kind="stable")
     return runs.drop_duplicates("loss")

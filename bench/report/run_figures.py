@@ -12,7 +12,12 @@ from bench.report import figures, tsne
 from bench.report.classification import classified_runs, fixed_weights, frozen_backbone
 from bench.report.folds import FOLD
 from bench.report.run_files import saved_embeddings, saved_numbers
-from bench.report.runs import column_or_nan, trained_runs, variant_labels
+from bench.report.runs import (
+    column_or_nan,
+    embedded_trained_runs,
+    trained_runs,
+    variant_labels,
+)
 from bench.report.table_format import SPLITS, Files
 from bench.report.visualize import subsample
 from bench.runs import store
@@ -114,8 +119,7 @@ def distance_panels(part: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def tsne_runs(part: pd.DataFrame) -> pd.DataFrame:
     """One run per loss (and miner) with saved test embeddings, at the size and seed that most
     losses share; of a loss's variants, the one with the most runs in the table."""
-    runs = trained_runs(part)
-    runs = runs[runs["path"].map(lambda p: (Path(p) / store.EMBEDDINGS).is_file())]
+    runs = embedded_trained_runs(part)
     if not len(runs):
         return runs
     dims, seed = runs.groupby(["dims", "seed"], sort=True)["method"].nunique().idxmax()

@@ -336,5 +336,12 @@ def trained_runs(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["loss"] != BASELINE_LOSS]
 
 
+def embedded_trained_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """The trained runs with saved test embeddings (none: an empty frame, its columns kept)."""
+    runs = trained_runs(df)
+    saved = runs["path"].map(lambda p: (Path(p) / store.EMBEDDINGS).is_file())
+    return runs[saved.astype(bool)]  # an empty mask of objects would select columns
+
+
 def column_or_nan(df: pd.DataFrame, name: str, default: object = np.nan) -> pd.Series:
     return df[name] if name in df else pd.Series(default, index=df.index, dtype=object)

@@ -115,38 +115,58 @@ def build_groups(
 ) -> dict[str, Files]:
     """The files of each table, and across classify tables; a run with a damaged file is left
     out of every table it is in, named among the problems, and the rest is built without it."""
+    tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
+    left_out: dict[str, list[str]] = {}  # by table, the damaged runs left out of it
     with building_bar(part_count(df, builders)) as bar:
         while True:
             found: list[str] = []
             try:
-                groups = build_all(df, builders, found, bar)
+                groups = build_all(df, builders, found, bar, tables)
             except DamagedRun as err:
-                df = without_damaged(df, err, problems)
+                df = without_damaged(df, err, problems, left_out)
                 continue
             problems += found
-            return groups
+            return {name: noted(name, files, left_out) for name, files in groups.items()}
 
 
 def build_all(
-    df: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
+    df: pd.DataFrame,
+    builders: Sequence[Callable],
+    problems: list[str],
+    bar: tqdm,
+    tables: Sequence[str],
 ) -> dict[str, Files]:
-    """One attempt of `build_groups`: a DamagedRun ends it."""
-    parts = {t: df[df["table"] == t] for t in table_names(df)}
-    bar.reset(total=part_count(df, builders))  # again from 0 after a damaged run left out
+    """One attempt of `build_groups` over these tables: a DamagedRun ends it."""
+    parts = {t: df[df["table"] == t] for t in tables}
+    bar.reset(total=len(tables) * len(builders) + 2)  # from 0 after a damaged run left out
     groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
     groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
     groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], problems, bar)
     return groups
 
 
-def without_damaged(df: pd.DataFrame, err: DamagedRun, problems: list[str]) -> pd.DataFrame:
-    """The runs less the damaged one, named among the problems."""
-    left_out = df["path"] == err.run_dir
-    if not left_out.any():  # never loop: a file outside the runs is a plain fault
+def without_damaged(
+    df: pd.DataFrame, err: DamagedRun, problems: list[str], left_out: dict[str, list[str]]
+) -> pd.DataFrame:
+    """The runs less the damaged one, named among the problems and in `left_out` by table."""
+    damaged = df["path"] == err.run_dir
+    if not damaged.any():  # never loop: a file outside the runs is a plain fault
         raise RuntimeError(f"{err}, not a run of {df['path'].iloc[0]}'s folder") from None
-    tables = ", ".join(sorted(df.loc[left_out, "table"].unique()))
-    problems.append(f"{err}; the run is left out of {tables}")
-    return df[~left_out]
+    tables = sorted(df.loc[damaged, "table"].unique())
+    problems.append(f"{err}; the run is left out of {', '.join(tables)}")
+    for table in tables:
+        left_out.setdefault(table, []).append(str(err))
+    return df[~damaged]
+
+
+def noted(table: str, files: Files, left_out: dict[str, list[str]]) -> Files:
+    """The table's markdown with a line under its title for each run left out of it."""
+    main = f"{table}.md"
+    if table not in left_out or main not in files:
+        return files
+    title, _, rest = files[main].decode().partition("\n")
+    lines = "".join(f"\n> Left out, damaged: {why}\n" for why in left_out[table])
+    return {**files, main: f"{title}\n{lines}{rest}".encode()}
 
 
 def write_report(
