@@ -294,3 +294,16 @@ def test_the_report_goes_beside_its_results_by_default(tmp_path, monkeypatch):
     assert out.exit_code == 0, out.output
     assert (tmp_path / "other" / "report" / "digits.md").is_file()
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "command", [["report", "--out"], ["report", "--results"], ["run", "--results"]]
+)
+def test_a_file_where_a_folder_goes_is_named(tmp_path, command):
+    # Was "Error: /proc/version: File exists" from the first write into it.
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("the user's")
+    out = CliRunner().invoke(main, [*command, str(a_file)])
+    assert out.exit_code == 2, out.output
+    assert f"Invalid value for '{command[1]}': Directory '{a_file}' is a file." in out.output
+    assert a_file.read_text() == "the user's"

@@ -233,3 +233,19 @@ def test_a_loaders_rate_counts_whole_rounds_of_its_workers():
         rate_after_first(batches(), len, 4, cpu, clock, workers=8)
     with pytest.raises(ValueError, match="gave 6 batches of the 9"):  # the loader ran out
         rate_after_first(batches(), len, 9, cpu, clock, workers=8)
+
+
+def test_the_loss_batch_is_bounded_by_the_bank_it_is_drawn_from():
+    import inspect
+
+    from click.testing import CliRunner
+
+    from bench.cli import main
+    from bench.cli.speed import MAX_BATCH
+    from bench.speed.nngk_step import nngk_step_benchmark
+
+    bank = inspect.signature(nngk_step_benchmark).parameters["bank"].default
+    assert MAX_BATCH == bank
+    out = CliRunner().invoke(main, ["speed", "--batch", str(bank + 1)])
+    # Was a RuntimeError's traceback: "The size of tensor a (5000) must match ... (100000)".
+    assert out.exit_code == 2 and f"is not in the range 2<=x<={bank}" in out.output

@@ -186,6 +186,21 @@ def test_an_sqlite_store_that_cannot_be_written_is_one_line_before_any_run(tmp_p
         open_run_log("mlflow", tmp_path, RunConfig())
 
 
+def test_a_tracking_server_that_does_not_answer_is_one_line_at_once(tmp_path, monkeypatch):
+    # Issue 43: MLflow retried each request for minutes (killed after 200 s, nothing said).
+    pytest.importorskip("mlflow", reason="--log mlflow needs nngk-bench[log]")
+    import socket
+
+    with socket.socket() as closed:  # a port that was free a moment ago: nothing listens
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
+    out = train(tmp_path / "results", "--log", "mlflow")
+    assert out.exit_code == 1 and len(out.output.strip().splitlines()) == 1, out.output
+    assert f"the tracking server http://127.0.0.1:{port} does not answer" in out.output
+    assert not (tmp_path / "results").exists()
+
+
 def test_the_log_is_not_part_of_the_run_id():
     assert RunConfig(log="tensorboard").run_id() == RunConfig(log="mlflow").run_id()
     assert RunConfig(log="mlflow").run_id() == RunConfig().run_id()

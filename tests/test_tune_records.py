@@ -97,3 +97,28 @@ def test_trials_that_cannot_run_are_refused_before_any_study(tmp_path):
     assert "fold 0 of 50 over 10 training classes" in out.output
     assert "(here 5 folds at most)" in out.output
     assert not (tmp_path / "tune").exists()
+
+
+def test_settings_given_to_tune_reach_its_runs_unless_the_preset_has_them():
+    from bench.cli.tune import held_settings
+
+    # The sop preset trains with RMSprop: --optimizer sgd (a run's default) is a change.
+    assert held_settings({"optimizer": "sgd", "memory": None}, "sop", ["contrastive"]) == {
+        "optimizer": "sgd"
+    }
+    assert held_settings({"optimizer": "rmsprop"}, "sop", ["contrastive"]) == {}
+    # A batch the trials could not draw was refused with "give a smaller --batch-size",
+    # an option tune did not have.
+    given = {"batch_size": 32, "m_per_class": 4}
+    assert held_settings(given, TINY, ["contrastive", "npair"]) == given
+
+
+def test_tune_takes_a_batch_size_and_names_its_study_with_it(tmp_path):
+    args = ["--loss", "contrastive", "--dataset", TINY, "--dims", "4", "--trials", "1"]
+    args += ["--epochs", "1", "--folds", "2", "--batch-size", "32", "--no-retrain"]
+    out = cli("tune", *args, "--results", tmp_path)
+    assert out.exit_code == 0, out.output
+    (study,) = [p.name for p in (tmp_path / "tune").iterdir() if p.is_dir() and "-t1-" in p.name]
+    assert study.endswith("-hyperband-batch_size-32")
+    runs = list((tmp_path / "tune" / "trials").glob("*/config.json"))
+    assert len(runs) == 2 and all('"batch_size": 32' in r.read_text() for r in runs)  # 2 folds

@@ -18,7 +18,10 @@ from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
     help="CSV of expected metrics (table, method, dims, metric, value).",
 )
 @click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+    "--results",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_RESULTS,
+    show_default=True,
 )
 @click.option(
     "--tolerance",

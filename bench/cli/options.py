@@ -116,7 +116,10 @@ def seed_option(default: str, text: str = "Seed(s), e.g. 0 or 0,1,2: one run eac
 
 
 RESULTS = click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+    "--results",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_RESULTS,
+    show_default=True,
 )
 FORCE = click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
 DEVICE = click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")

@@ -11,11 +11,14 @@ from bench.cli.options import DEFAULT_RESULTS
 
 @click.command()
 @click.option(
-    "--results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS, show_default=True
+    "--results",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_RESULTS,
+    show_default=True,
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=None,
     help="Folder of the report (default: RESULTS/report); it overwrites and removes only files "
     "a report wrote there.",

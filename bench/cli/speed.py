@@ -21,15 +21,16 @@ BENCHMARKS = (
     "start",
 )
 MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
+MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its items
 
 
 @click.command()
 @click.option(
     "--batch",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=2, max=MAX_BATCH),
     default=128,
     show_default=True,
-    help="Batch of the loss benchmark.",
+    help=f"Batch of the loss benchmark (at most {MAX_BATCH}, the items of NNGK's bank there).",
 )
 @click.option(
     "--loader",

@@ -17,7 +17,7 @@ from bench.util.errors import first_line
 
 # Run settings tune takes as given, for every trial and retrained run (not searched); the
 # weights to start from (`--pretrained PATH`: the pretrained regime of issue 25).
-HELD = ("optimizer", "memory", "pretrained")
+HELD = ("optimizer", "memory", "pretrained", "batch_size", "m_per_class")
 
 
 @click.command()
@@ -108,7 +108,6 @@ def tune(
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     from bench.data.datasets import check_dataset
-    from bench.runs.config import RunConfig
     from bench.tune.study import (
         TuneSetup,
         default_storage,
@@ -121,11 +120,6 @@ def tune(
     )
     from losses.registry import check_memory_taken
 
-    # Only what differs from a run's default names the study, so earlier studies keep theirs.
-    defaults = RunConfig()
-    held = {
-        k: v for k, v in settings_from(jobs, HELD).items() if v not in (None, getattr(defaults, k))
-    }
     dispatch = dispatch_from(jobs)
     if cross_validate and folds < 2:
         raise click.ClickException(
@@ -133,6 +127,7 @@ def tune(
         )
     try:
         check_dataset(dataset)  # a glyphs set's parameters
+        held = held_settings(settings_from(jobs, HELD), dataset, names)
         for name in names:
             check_memory_taken(name, held.get("memory", 0))
         fixed = params_for_each(names, name_values(loss_param))
@@ -183,6 +178,20 @@ def tune(
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
+
+
+def held_settings(given: dict, dataset: str, names: list[str]) -> dict:
+    """The settings given that change a run of some loss tuned: only these name the study (so
+    earlier studies keep their names), and all of them reach the runs. One equal to a run's
+    default but not to the preset's (--optimizer sgd where the preset has RMSprop) is kept."""
+    from bench.train.presets import make_configs
+
+    presets = [make_configs(dataset, name, None, {})[0] for name in names]
+    return {
+        k: v
+        for k, v in given.items()
+        if v is not None and any(getattr(cfg, k) != v for cfg in presets)
+    }
 
 
 def check_trials(setup, names: list[str]) -> None:

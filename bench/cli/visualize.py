@@ -22,7 +22,7 @@ from bench.util.progress import log
 )
 @click.option(
     "--out",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, file_okay=False),
     default=None,
     help="Folder for the PNGs (default: each run's folder; with several runs, a folder of "
     "each run's name in it).",

@@ -52,6 +52,7 @@ def require(kind: str) -> None:
         )
     if kind == "mlflow" and os.environ.get("MLFLOW_TRACKING_URI"):  # before any run is written
         check_sqlite_store(os.environ["MLFLOW_TRACKING_URI"])
+        check_server(os.environ["MLFLOW_TRACKING_URI"])
 
 
 class RunLog:
@@ -234,6 +235,25 @@ def check_sqlite_store(uri: str) -> None:
             f"--log mlflow: cannot write the tracking store {path} ({err}); point "
             "$MLFLOW_TRACKING_URI at a file in a folder you can write, or unset it "
             "(RESULTS/mlflow.db)"
+        ) from None
+
+
+def check_server(uri: str, timeout_s: float = 5.0) -> None:
+    """A one-line ValueError where an http(s) tracking server does not answer: MLflow retries
+    each request for minutes before it fails."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout_s).close()
+    except OSError as err:
+        raise ValueError(
+            f"--log mlflow: the tracking server {uri} does not answer ({err}); start it "
+            "(mlflow server), or unset $MLFLOW_TRACKING_URI to log into RESULTS/mlflow.db"
         ) from None
 
 

@@ -6,6 +6,7 @@ trial and Optuna's retry callback puts its parameters back in the queue (bench.t
 from __future__ import annotations
 
 import time
+import warnings
 
 import optuna
 from optuna.storages import fail_stale_trials
@@ -35,5 +36,7 @@ def wait_for_running(study: optuna.Study, grace_s: int, poll_s: float = HEARTBEA
         )
     while running and not queued(study):
         time.sleep(min(poll_s, grace_s))
-        fail_stale_trials(study)
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.9, stable for this use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            fail_stale_trials(study)
         running = under_way(study)
