@@ -89,6 +89,18 @@ def test_existing_weights_or_notes_are_kept_without_force(tmp_path, existing):
     assert (tmp_path / "w.json").read_text() != "the user's own\n"
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_training(tmp_path, monkeypatch):
+    # Was "Error: /proc/.x.pt.rq_bddc7.tmp: No such file or directory", once trained.
+    import bench.train.pretrain
+
+    monkeypatch.setattr(bench.train.pretrain, "pretrain", pytest.fail)  # nothing trains
+    (tmp_path / "a-file").write_text("")
+    target = tmp_path / "a-file" / "w.pt"
+    out = cli("pretrain", "--dataset", SOURCE, "--out", target)
+    (line,) = out.output.strip().splitlines()
+    assert out.exit_code == 1 and line.startswith(f"Error: --out {target}: its folder cannot")
+
+
 def test_a_source_of_another_seed_is_other_glyphs():
     from bench.train.pretrain import PretrainConfig, source_spec
 

@@ -61,6 +61,13 @@ def test_an_unfinished_run_to_compare_with_is_refused_too(tmp_path):
     assert not list(run.glob("*.png"))
 
 
+def test_a_run_compared_with_itself_is_refused(tmp_path):
+    run = write_run(tmp_path / "run", finished=True)
+    out = CliRunner().invoke(main, ["visualize", str(run), "--compare", str(tmp_path / "run")])
+    assert out.exit_code == 2 and f"--compare names the run itself ({run})" in out.output
+    assert not list(run.glob("*.png"))
+
+
 def test_a_baseline_row_is_refused_naming_how_to_see_it_beside_a_run(tmp_path):
     # Issue 43: "train_embeddings.npz not found; visualize needs a finished run of this version".
     base = tmp_path / "base"

@@ -53,6 +53,15 @@ def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, force, device
         )
     from bench.cli.training import checked_device
     from bench.train.pretrain import PretrainConfig
+    from bench.util.atomic import check_writable
+
+    try:  # before training: the weights would be lost at the first write
+        check_writable(out.parent)
+    except OSError as err:
+        raise click.ClickException(
+            f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
+            "a folder you can write"
+        ) from None
     from bench.train.pretrain import pretrain as run_pretrain
 
     cfg = PretrainConfig(dataset, backbone, epochs, lr, batch_size, seed)

@@ -76,6 +76,8 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
             f"--compare sets one run beside another, but {len(runs)} runs were given "
             f"({', '.join(r.name for r in runs)}); name one of them"
         )
+    if compare is not None and compare.resolve() == runs[0].resolve():
+        raise click.UsageError(f"--compare names the run itself ({compare}); name another run")
     for folder in (*runs, compare):
         check_finished(folder)
     for folder in runs:

@@ -42,6 +42,16 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def check_writable(folder: Path) -> None:
+    """An OSError where a file cannot be written into `folder` (made if missing): asked before
+    long work whose result would go there."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".probe.", suffix=".tmp")
+    os.close(fd)
+    os.unlink(probe)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
