@@ -38,15 +38,17 @@ def evaluate(
     best_of: bool = True,
     chunk: int | None = None,
     with_scores: bool = False,
+    device=None,
 ) -> dict | tuple[dict, Scores]:
     """All retrieval and clustering metrics of one embedding of a labelled set: NMI of one
     k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
     `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only.
     `chunk`: queries searched at a time (default: `retrieval.chunk_rows`). `with_scores`:
     (metrics, each query's scores as `retrieval.query_scores` gives them), from the same
-    search (what `bench.runs.store.save_query_scores` keeps for the report)."""
+    search (what `bench.runs.store.save_query_scores` keeps for the report). `device`: the
+    search in torch on it (`device_retrieval`); None: faiss on the CPU."""
     labels = np.asarray(labels)
-    scores = query_scores(embeddings, labels, chunk)
+    scores = query_scores(embeddings, labels, chunk, device)
     metrics = {f"recall@{k}": float(scores[f"recall@{k}"].mean()) for k in RECALL_KS}
     if clustering:
         said = announce_kmeans(embeddings, labels, BEST_OF if best_of else 0)
@@ -71,11 +73,13 @@ def evaluate_gallery(
     gallery_labels: np.ndarray,
     chunk: int | None = None,
     with_scores: bool = False,
+    device=None,
 ) -> dict | tuple[dict, Scores]:
     """R@K and MAP@R of queries searched in a separate gallery (In-Shop's protocol): R is the
     number of gallery items of the query's class, and queries whose class has none are left out,
     as PML's AccuracyCalculator does (`reference=`, `ref_includes_query=False`). `with_scores`:
-    (metrics, each query's scores as `retrieval.gallery_scores` gives them, NaN for those)."""
-    scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk)
+    (metrics, each query's scores as `retrieval.gallery_scores` gives them, NaN for those).
+    `device`: as `evaluate`'s."""
+    scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk, device)
     metrics = {key: float(np.nanmean(values)) for key, values in scores.items()}
     return (metrics, scores) if with_scores else metrics

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 from tqdm import tqdm
 
+from bench.evaluation.device_retrieval import device_scores
 from bench.util.knn import (
     GPU_MAX_K,
     QUERY_BLOCK,
@@ -198,16 +199,27 @@ def _large_ap(
 
 
 def query_scores(
-    embeddings: np.ndarray, labels: np.ndarray, chunk: int | None = None
+    embeddings: np.ndarray, labels: np.ndarray, chunk: int | None = None, device=None
 ) -> dict[str, np.ndarray]:
     """Each query's R@K and AP@R against every other item, in query order: what the report's
     bootstrap resamples; their means are the evaluator's recall@K and map@r. A query whose class
     has no other item misses at every K and has no AP@R (NaN). `chunk`: queries per chunk
-    (default `chunk_rows`)."""
+    (default `chunk_rows`). `device`: search with torch there (`device_retrieval`), not faiss."""
     x = np.ascontiguousarray(embeddings, dtype=np.float32)
     (codes,) = _codes(labels)
     r = np.bincount(codes)[codes] - 1
-    return _chunked_scores(x, codes, x, codes, r, True, chunk)
+    return _scores(x, codes, x, codes, r, True, chunk, device)
+
+
+def _scores(
+    queries, query_codes, base, base_codes, r, exclude_self: bool, chunk: int | None, device
+) -> dict[str, np.ndarray]:
+    """faiss's chunked scores on the CPU, or torch's on `device` where one is given."""
+    if device is None:
+        return _chunked_scores(queries, query_codes, base, base_codes, r, exclude_self, chunk)
+    with searching_bar(len(queries)) as bar:
+        args = (queries, query_codes, base, base_codes, r, exclude_self, device, RECALL_KS, bar)
+        return device_scores(*args)
 
 
 def gallery_scores(
@@ -216,15 +228,16 @@ def gallery_scores(
     gallery: np.ndarray,
     gallery_labels: np.ndarray,
     chunk: int | None = None,
+    device=None,
 ) -> dict[str, np.ndarray]:
     """Each query's R@K and AP@R searched in the gallery only (In-Shop's protocol), R = the
     gallery's items of its class. A query whose class has none has no score (NaN), as PML's
-    AccuracyCalculator leaves such queries out."""
+    AccuracyCalculator leaves such queries out. `device`: as `query_scores`'."""
     q_codes, g_codes = _codes(query_labels, gallery_labels)
     r = np.bincount(g_codes, minlength=int(q_codes.max(initial=-1)) + 1)[q_codes]
     q = np.ascontiguousarray(queries, dtype=np.float32)
     g = np.ascontiguousarray(gallery, dtype=np.float32)
-    scores = _chunked_scores(q, q_codes, g, g_codes, r, False, chunk)
+    scores = _scores(q, q_codes, g, g_codes, r, False, chunk, device)
     for values in scores.values():
         values[r == 0] = np.nan
     return scores

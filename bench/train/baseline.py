@@ -28,6 +28,7 @@ from bench.util.arrays import l2_normalised
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
+from bench.util.torch_knn import search_device
 from losses import loss_family
 
 
@@ -102,6 +103,7 @@ def run_baseline(
     given = dict(
         labels=labels, results=results, inputs=input_size(data), queries=query_flags(data.test)
     )
+    given["device"] = search_device(device)  # None: faiss on the CPU
     runs = [write_baseline(raw_cfg, "raw inputs", lambda: raw, **given)]
     seed_everything(cfg.seed)
     model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
@@ -124,9 +126,11 @@ def write_baseline(
     results: Path,
     inputs: str,
     queries: np.ndarray | None = None,
+    device: torch.device | None = None,
 ) -> Path:
     """A baseline's run folder, evaluated unless it is finished already, searched as its
-    protocol searches (`queries`: the test split's query flags, for a protocol with a gallery)."""
+    protocol searches (`queries`: the test split's query flags, for a protocol with a gallery;
+    `device`: the search's, None for faiss on the CPU)."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         return run_dir
@@ -136,7 +140,7 @@ def write_baseline(
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
     metrics, scores = retrieval_scores(
-        protocol, embeddings, labels, queries, base.seed, base.clustering
+        protocol, embeddings, labels, queries, base.seed, base.clustering, device
     )
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)

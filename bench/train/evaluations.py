@@ -45,24 +45,32 @@ def retrieval_scores(
     queries: np.ndarray | None,
     seed: int,
     clustering: str = "full",
+    device=None,
 ) -> tuple[dict, Scores]:
     """(R@K, NMI and MAP@R, each query's scores) of a test split as the protocol searches it:
     every item among the others (`evaluate`), or, with a gallery, each query (`queries` flags
     them) among the gallery items only (`gallery_metrics`), the scores those of the queries.
-    `clustering`: which NMI (`CLUSTERING`, a run's setting)."""
+    `clustering`: which NMI (`CLUSTERING`, a run's setting). `device`: the search's (None:
+    faiss on the CPU; see `bench.util.torch_knn.search_device`)."""
     if not protocol.gallery:
-        return evaluate(emb, labels, seed=seed, with_scores=True, **CLUSTERING[clustering])
+        found = CLUSTERING[clustering]
+        return evaluate(emb, labels, seed=seed, with_scores=True, device=device, **found)
     if queries is None or len(queries) != len(labels):
         raise ValueError(
             "a protocol with a gallery needs the test split's query flags, one per item; this "
             "test split has none (a data set without query and gallery images)"
         )
     flags = np.asarray(queries, dtype=bool)
-    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering)
+    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering, device)
 
 
 def gallery_metrics(
-    emb: np.ndarray, labels: np.ndarray, queries: np.ndarray, seed: int, clustering: str = "full"
+    emb: np.ndarray,
+    labels: np.ndarray,
+    queries: np.ndarray,
+    seed: int,
+    clustering: str = "full",
+    device=None,
 ) -> tuple[dict, Scores]:
     """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`), with their
     scores; NMI, of one k-means run and the best of 5 as `evaluate` gives them, over the gallery
@@ -70,7 +78,7 @@ def gallery_metrics(
     items)."""
     gallery, gallery_labels = emb[~queries], labels[~queries]
     found, scores = evaluate_gallery(
-        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True
+        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device
     )
     metrics = {key: value for key, value in found.items() if key != "map@r"}
     if CLUSTERING[clustering]["clustering"]:

@@ -54,6 +54,7 @@ from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_t
 from bench.util.batches import to_inputs
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
+from bench.util.torch_knn import search_device
 from losses import build_loss, loss_defaults
 
 SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
@@ -70,6 +71,7 @@ class Trainer:
         self.device = device or default_device()
         self.ranks = ranks_from_env(self.device)
         self.device = local_device(self.device)
+        self.search_device = search_device(self.device)  # None: faiss on the CPU
         self.loader = None  # the training batches' loader, made at the first epoch
         self.run_log = RunLog()  # the experiment log (--log) while fit() runs
         seed_everything(cfg.seed)
@@ -173,7 +175,9 @@ class Trainer:
         emb, labels = self.embed_split(self.data.val)
         if not np.isfinite(emb).all():
             raise Diverged(epoch, "validation embeddings", float("nan"))
-        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False)
+        metrics = evaluate(
+            emb, labels, seed=self.cfg.seed, clustering=False, device=self.search_device
+        )
         for evaluation in self.evaluations:
             metrics.update(evaluation.validate(self, emb, labels))
         metrics["score"] = self.protocol.score_of(metrics)
@@ -186,8 +190,9 @@ class Trainer:
         emb, labels = self.embed_split(self.data.test)
         queries = query_flags(self.data.test)
         metrics, scores = retrieval_scores(
-            self.protocol, emb, labels, queries, self.cfg.seed, self.cfg.clustering
-        )
+            self.protocol, emb, labels, queries, self.cfg.seed, self.cfg.clustering,
+            self.search_device,
+        )  # fmt: skip
         for evaluation in self.evaluations:
             metrics.update(evaluation.test(self, emb, labels, write_tables))
         return metrics, emb, labels, scores
@@ -349,7 +354,9 @@ class Trainer:
         # The same metrics on the training split: how far test falls from train (Liu et al. 2019,
         # Table 1).
         clustering = CLUSTERING[self.cfg.clustering]
-        train_metrics = evaluate(train, train_labels, seed=self.cfg.seed, **clustering)
+        train_metrics = evaluate(
+            train, train_labels, seed=self.cfg.seed, device=self.search_device, **clustering
+        )
         metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(
             run_summary(

@@ -1,0 +1,87 @@
+"""Exact squared-L2 nearest neighbours in plain torch, on any device: what the harness searches
+with on a GPU, where faiss has no build for the machine (issue 44).
+
+Distances are |q|^2 + |y|^2 - 2 q.y in float32, below 0 counted as 0 (faiss's formula), for a
+chunk of queries at a time, at most `cells` distances held at once; each chunk asks
+`torch.topk` for its own largest k. Equal distances come back in index order, as faiss orders
+them; which of several rows tied at the k-th distance is kept may differ from faiss's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+CELLS = 2**26  # distances held at once: 256 MiB of float32
+
+
+def search_device(device: str | torch.device | None) -> torch.device | None:
+    """Where a run searches: its device when that is a GPU; None on the CPU, where faiss
+    searches as it always has (the same results to the bit)."""
+    if device is None or torch.device(device).type == "cpu":
+        return None
+    return torch.device(device)
+
+
+def chunk_rows(items: int, cells: int = CELLS) -> int:
+    """Queries a chunk holds when each has `items` distances."""
+    return max(1, cells // max(items, 1))
+
+
+class TorchSearch:
+    """One base on `device`, searched by chunks of queries."""
+
+    def __init__(self, base: np.ndarray, device: str | torch.device) -> None:
+        self.device = torch.device(device)
+        x = np.ascontiguousarray(base, dtype=np.float32)
+        self.base = torch.from_numpy(x).to(self.device)
+        self.norms = (self.base * self.base).sum(1)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def distances(self, queries: torch.Tensor) -> torch.Tensor:
+        """(queries, base rows) squared distances, clamped at 0."""
+        q_norms = (queries * queries).sum(1, keepdim=True)
+        dist = torch.addmm(self.norms[None, :] + q_norms, queries, self.base.T, alpha=-2.0)
+        return dist.clamp_min_(0)
+
+    def nearest(
+        self, queries: torch.Tensor, k: int, exclude: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k nearest base rows of each query (on the device), base row exclude[i] left out
+        of query i's: (distances, indices), by distance, then index."""
+        dist = self.distances(queries)
+        if exclude is not None:
+            dist[torch.arange(len(dist), device=dist.device), exclude] = float("inf")
+        k = min(k, dist.shape[1] - (exclude is not None))
+        values, idx = torch.topk(dist, k, dim=1, largest=False, sorted=True)
+        return in_index_order(values, idx)
+
+
+def in_index_order(values: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows sorted by (value, index): topk leaves ties in no set order."""
+    idx, by_index = idx.sort(dim=1)
+    values = values.gather(1, by_index)
+    values, by_value = values.sort(dim=1, stable=True)
+    return values, idx.gather(1, by_value)
+
+
+def chunks(n: int, rows: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, n, max(rows, 1)):
+        yield start, min(n, start + rows)
+
+
+def torch_search(
+    base: np.ndarray, queries: np.ndarray, k: int, device: str | torch.device
+) -> tuple[np.ndarray, np.ndarray]:
+    """`bench.util.knn.search` on `device`: (distances, indices) of the k nearest base rows."""
+    search = TorchSearch(base, device)
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    found = []
+    with torch.no_grad():
+        for start, stop in chunks(len(q), chunk_rows(len(search))):
+            dist, idx = search.nearest(q[start:stop].to(search.device), k)
+            found.append((dist.cpu().numpy(), idx.cpu().numpy()))
+    return np.concatenate([d for d, _ in found]), np.concatenate([i for _, i in found])

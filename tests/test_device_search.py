@@ -1,0 +1,131 @@
+"""The exact search in torch (issue 44), the evaluator's path on a GPU, run here on CPU tensors:
+the same neighbours as faiss's exact search up to ties, and the same scores within 1e-6 on
+skewed sets with duplicates; the CPU path untouched."""
+
+import numpy as np
+import pytest
+import torch
+
+from bench.evaluation.device_retrieval import device_scores
+from bench.evaluation.metrics import evaluate, evaluate_gallery
+from bench.evaluation.retrieval import LARGE_R, RECALL_KS, gallery_scores, query_scores
+from bench.util.knn import search
+from bench.util.torch_knn import in_index_order, search_device, torch_search
+
+
+def skewed(n: int, big: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """n embeddings: one class of `big` items, the rest in small classes (some of one item),
+    with exact duplicates inside classes."""
+    rng = np.random.default_rng(seed)
+    labels = np.concatenate([np.zeros(big, int), rng.integers(1, n // 8, n - big)])
+    x = rng.normal(size=(n, 12)).astype(np.float32)
+    x[labels == 0] += 0.5  # the big class a little apart
+    for i in rng.choice(n - 1, 40, replace=False):  # duplicates of an item of the same class
+        same = np.flatnonzero(labels == labels[i])
+        x[same[-1]] = x[i]
+    return x, labels
+
+
+def test_torch_search_finds_faiss_neighbours_up_to_ties():
+    x, _ = skewed(2000, 200)
+    queries = x[:300] + 0.01
+    d_faiss, i_faiss = search(x, queries, 25)
+    d_torch, i_torch = torch_search(x, queries, 25, "cpu")
+    np.testing.assert_allclose(d_torch, d_faiss, rtol=1e-4, atol=1e-4)
+    # Each query's neighbours are the same set but for rows tied at the 25th distance.
+    kth = d_faiss[:, -1:]
+    strictly = d_faiss < kth - 1e-4
+    for row in range(len(queries)):
+        assert set(i_faiss[row][strictly[row]]) <= set(i_torch[row]), row
+
+
+def test_ties_come_back_in_index_order():
+    values = torch.tensor([[0.5, 0.1, 0.5, 0.1]])
+    idx = torch.tensor([[9, 7, 3, 2]])
+    ordered, order = in_index_order(values, idx)
+    assert order.tolist() == [[2, 7, 3, 9]]
+    assert torch.equal(ordered, torch.tensor([[0.1, 0.1, 0.5, 0.5]]))
+
+
+@pytest.mark.parametrize("n, big", [(3000, 300), (6000, LARGE_R + 500)])
+def test_query_scores_agree_with_faiss_on_a_skewed_set_with_duplicates(n, big):
+    # The second set has a class past LARGE_R: faiss's path ranks it apart (ExactRanking).
+    x, labels = skewed(n, big)
+    cpu, device = query_scores(x, labels), query_scores(x, labels, device="cpu")
+    assert_agree(device, cpu)
+    assert np.isnan(device["map@r"]).sum() == np.isnan(cpu["map@r"]).sum() > 0  # lone items
+
+
+def assert_agree(device: dict, cpu: dict) -> None:
+    """R@K the same for every query; AP@R within 1e-3 for each (float32 distances computed in
+    another order rank near-equal rows of the big class apart), MAP@R within 1e-6."""
+    assert set(device) == {f"recall@{k}" for k in RECALL_KS} | {"map@r"}
+    for k in RECALL_KS:
+        np.testing.assert_array_equal(device[f"recall@{k}"], cpu[f"recall@{k}"])
+    np.testing.assert_allclose(device["map@r"], cpu["map@r"], atol=1e-3, equal_nan=True)
+    assert np.nanmean(device["map@r"]) == pytest.approx(np.nanmean(cpu["map@r"]), abs=1e-6)
+
+
+def test_chunks_of_any_size_give_the_same_scores():
+    x, labels = skewed(1500, 150)
+    codes = np.unique(labels, return_inverse=True)[1]
+    r = np.bincount(codes)[codes] - 1
+    whole = device_scores(x, codes, x, codes, r, True, "cpu", RECALL_KS)
+    small = device_scores(x, codes, x, codes, r, True, "cpu", RECALL_KS, cells=1500 * 7)
+    for key in whole:
+        np.testing.assert_array_equal(small[key], whole[key])
+
+
+def test_gallery_scores_agree_with_faiss():
+    x, labels = skewed(2500, 250, seed=1)
+    q, g = np.arange(len(x)) % 3 == 0, np.arange(len(x)) % 3 != 0
+    cpu = gallery_scores(x[q], labels[q], x[g], labels[g])
+    device = gallery_scores(x[q], labels[q], x[g], labels[g], device="cpu")
+    assert_agree(device, cpu)
+    found = evaluate_gallery(x[q], labels[q], x[g], labels[g], device="cpu")
+    assert found == pytest.approx(evaluate_gallery(x[q], labels[q], x[g], labels[g]), abs=1e-6)
+
+
+def test_evaluate_on_a_device_gives_the_cpu_metrics():
+    x, labels = skewed(2000, 200, seed=2)
+    on_device = evaluate(x, labels, device="cpu")
+    assert on_device == pytest.approx(evaluate(x, labels), abs=1e-6)
+
+
+def test_a_run_on_the_cpu_searches_with_faiss_as_before():
+    assert search_device(None) is None and search_device(torch.device("cpu")) is None
+    assert search_device("cuda:1") == torch.device("cuda:1")
+
+
+def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_path, monkeypatch):
+    # What a run on a GPU does, on the CPU: the trainer and the baselines hand the evaluator
+    # the device, which searches with torch there.
+    import json
+
+    import bench.evaluation.retrieval as retrieval
+    import bench.train.baseline
+    import bench.train.trainer
+    from tests.conftest import cli
+
+    args = ["run", "--loss", "contrastive", "--dataset", "glyphs:classes=20,instances=12"]
+    args += ["--dims", "8", "--epochs", "1"]
+    assert cli(*args, "--results", tmp_path / "faiss").exit_code == 0
+    searched = []
+    real = retrieval.device_scores
+
+    def device_scores(*given, **kw):
+        searched.append(given[6])
+        return real(*given, **kw)
+
+    monkeypatch.setattr(retrieval, "device_scores", device_scores)
+    for module in (bench.train.trainer, bench.train.baseline):
+        monkeypatch.setattr(module, "search_device", lambda device: torch.device("cpu"))
+    assert cli(*args, "--results", tmp_path / "torch").exit_code == 0
+    # Both baselines' tests; the run's untrained network's test (MAP@R at init), its epoch's
+    # validation, its test and its training split.
+    assert searched == [torch.device("cpu")] * 6
+    for folder in (tmp_path / "faiss").iterdir():
+        ours = json.loads((tmp_path / "torch" / folder.name / "metrics.json").read_text())
+        theirs = json.loads((folder / "metrics.json").read_text())
+        for key in ("recall@1", "recall@8", "map@r", "nmi", "train_map@r"):
+            assert ours.get(key) == pytest.approx(theirs.get(key), abs=1e-6), (folder, key)
