@@ -15,7 +15,7 @@ from bench.cli.options import NON_NEGATIVE, POSITIVE, FiniteFloat
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
 from bench.runs.config import RunConfig, canonical_preset
-from bench.train.choices import OPTIMIZER_NAMES, PRESET_NAMES
+from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES
 from bench.train.tracking import LOG_KINDS, require
 
 
@@ -87,6 +87,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "train_per_class": dict(type=POSITIVE),
     # bench.evaluation.metrics.CLUSTERING's keys (that module imports faiss)
     "clustering": dict(type=click.Choice(("full", "pml", "none")), show_default=True),
+    "precision": dict(type=click.Choice(PRECISIONS), show_default=True),
     "resize": dict(type=POSITIVE),
     "crop": dict(type=POSITIVE),
     "pad": dict(type=click.IntRange(min=0)),

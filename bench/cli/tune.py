@@ -17,7 +17,7 @@ from bench.util.errors import first_line
 
 # Run settings tune takes as given, for every trial and retrained run (not searched); the
 # weights to start from (`--pretrained PATH`: the pretrained regime of issue 25).
-HELD = ("optimizer", "memory", "pretrained", "batch_size", "m_per_class")
+HELD = ("optimizer", "memory", "pretrained", "batch_size", "m_per_class", "precision")
 
 
 @click.command()

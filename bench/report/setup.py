@@ -20,6 +20,7 @@ SETUP = {
     "sampler": "sampler",
     "optimizer": "optimizer",
     "lr": "lr",
+    "precision": "precision",
 }
 
 

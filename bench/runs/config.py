@@ -42,6 +42,7 @@ HASHED_IF_SET = {
     "optimizer": "sgd",
     "memory": 0,
     "clustering": "full",
+    "precision": "fp32",
 }
 # The longest run id: a folder name, with room for the store's ".{id}.forced" beside it. A
 # longer one could never be made (no run was ever named so); it is cut and hashed instead.
@@ -125,6 +126,12 @@ class RunConfig:
         "costs hours at tens of thousands of classes).",
     )
     freeze_backbone: bool = setting(False, "Train only what follows the backbone.")
+    precision: str = setting(
+        "fp32",
+        "fp32 (the papers'); bf16 or fp16: the network under autocast (channels-last where it "
+        "convolves, fp16 with a gradient scaler), the loss in fp32; on a GPU about twice the "
+        "images a second for a ResNet-50.",
+    )
     resize: int = setting(
         256, "Images' size (the shorter side; the longer at most 4x it) before crops."
     )

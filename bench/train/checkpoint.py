@@ -17,6 +17,7 @@ def save_checkpoint(
     loss: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     progress: dict,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
     state = {
         "model": model.state_dict(),
@@ -24,6 +25,8 @@ def save_checkpoint(
         "optimizer": optimizer.state_dict(),
         "progress": progress,
     }
+    if scaler is not None and scaler.is_enabled():  # fp16: a resumed run keeps its scale
+        state["scaler"] = scaler.state_dict()
     atomic_torch_save(path, state)
 
 
@@ -33,14 +36,17 @@ def load_checkpoint(
     model: torch.nn.Module,
     loss: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> dict:
-    """The checkpoint's state, loaded into the model, loss and optimizer; a one-line error
-    when it is truncated or not this run's."""
+    """The checkpoint's state, loaded into the model, loss, optimizer (and fp16's gradient
+    scaler); a one-line error when it is truncated or not this run's."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         loss.load_state_dict(state["loss"])
         optimizer.load_state_dict(state["optimizer"])
+        if scaler is not None and "scaler" in state:
+            scaler.load_state_dict(state["scaler"])
         state["progress"]["epoch"]
     except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
         raise ValueError(

@@ -7,3 +7,5 @@ from __future__ import annotations
 # The optimizers of `--optimizer` (bench.train.optimizers builds them).
 OPTIMIZER_NAMES = ("sgd", "adam", "adamw", "rmsprop")
 PRESET_NAMES = ("liu2019",)  # earlier names: bench.runs.config.PRESET_ALIASES
+# The precisions of `--precision` (bench.train.precision applies them).
+PRECISIONS = ("fp32", "bf16", "fp16")

@@ -48,6 +48,7 @@ from bench.train.loaders import (
     train_loader,
 )
 from bench.train.optimizers import make_optimizer, optimizer_text
+from bench.train.precision import Precision
 from bench.train.preflight import check_run
 from bench.train.tracking import RunLog, open_run_log
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
@@ -102,6 +103,8 @@ class Trainer:
             log.info(f"{self.name}: {note}")
         self.model.to(self.device)
         self.loss.to(self.device)
+        self.precision = Precision(cfg.precision, self.device)
+        self.precision.prepare(self.model)
         if cfg.freeze_backbone:
             self.model.backbone.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.device, self.ranks)
@@ -126,9 +129,10 @@ class Trainer:
         """The loss's per-epoch refresh (NNGK's bank); with several processes, the first one's,
         sent to the others."""
         if self.ranks.main:
-            emb, labels = embed(
-                self.model, self.data.train_eval, self.device, workers=self.cfg.workers
-            )
+            with self.precision.autocast():
+                emb, labels = embed(
+                    self.model, self.data.train_eval, self.device, workers=self.cfg.workers
+                )
             self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
         if self.ranks.world > 1:
             state = {k: v.cpu() for k, v in self.loss.state_dict().items()}
@@ -148,22 +152,23 @@ class Trainer:
         losses = StepLosses(epoch + 1, every, self.run_log.step_losses(epoch, len(loader)))
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
         for x, y, idx in bar:
-            x = to_inputs(self.data.train, x, self.device, crops)
+            x = self.precision.inputs(to_inputs(self.data.train, x, self.device, crops))
             y, idx = y.to(self.device, non_blocking=True), idx.to(self.device, non_blocking=True)
-            emb, y, idx = gather_batch(self.train_model(x), y, idx, self.ranks)
+            with self.precision.autocast():
+                out = self.train_model(x)
+            emb, y, idx = gather_batch(out.float(), y, idx, self.ranks)  # the loss in fp32
             value = self.loss(emb, y, idx if self.loss.needs_indices else None)
             losses.add(value)  # stops before the step spoils the weights (on a CPU)
             self.optimizer.zero_grad(set_to_none=True)
             if value.requires_grad:
-                value.backward()
-                self.optimizer.step()
+                self.precision.step(value, self.optimizer)
         losses.mean()  # reads the losses of the last steps
         return losses
 
     def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
-        emb, labels = embed(
-            self.model, split, self.device, self.loss.normalize_embeddings, workers=self.cfg.workers
-        )
+        normalize, workers = self.loss.normalize_embeddings, self.cfg.workers
+        with self.precision.autocast():
+            emb, labels = embed(self.model, split, self.device, normalize, workers=workers)
         return emb.numpy(), labels
 
     def validate(self, epoch: int) -> dict:
@@ -201,7 +206,10 @@ class Trainer:
         """The progress so far: from the last checkpoint, or a fresh start."""
         ckpt_path = self.run_dir / store.CHECKPOINT
         if ckpt_path.is_file():
-            state = load_checkpoint(ckpt_path, self.device, self.model, self.loss, self.optimizer)
+            state = load_checkpoint(
+                ckpt_path, self.device, self.model, self.loss, self.optimizer,
+                self.precision.scaler,
+            )  # fmt: skip
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
@@ -262,7 +270,10 @@ class Trainer:
             self.run_log.epoch(row, self.optimizer)
             if self.ranks.main:
                 checkpoint = self.run_dir / store.CHECKPOINT
-                save_checkpoint(checkpoint, self.model, self.loss, self.optimizer, progress)
+                save_checkpoint(
+                    checkpoint, self.model, self.loss, self.optimizer, progress,
+                    self.precision.scaler,
+                )  # fmt: skip
                 history = pd.DataFrame(progress["history"]).to_csv(index=False)
                 atomic_write_text(self.run_dir / store.HISTORY, history)
         return self.conclude(progress)
