@@ -249,3 +249,14 @@ def test_the_loss_batch_is_bounded_by_the_bank_it_is_drawn_from():
     out = CliRunner().invoke(main, ["speed", "--batch", str(bank + 1)])
     # Was a RuntimeError's traceback: "The size of tensor a (5000) must match ... (100000)".
     assert out.exit_code == 2 and f"is not in the range 2<=x<={bank}" in out.output
+
+
+def test_the_device_search_row_times_the_harness_against_a_bare_torch_search():
+    from bench.speed.device_search import device_search_benchmark
+
+    (row,) = device_search_benchmark([1500], "cpu")
+    assert row["items"] == 1500 and row["harness / bare"] > 0
+    assert row["harness / bare"] == pytest.approx(row["harness_s"] / row["bare_torch_s"])
+    # Two searches written apart agree on what they find.
+    assert row["R@1 harness"] == pytest.approx(row["R@1 bare"], abs=1e-9)
+    assert row["MAP@R harness"] == pytest.approx(row["MAP@R bare"], abs=1e-6)

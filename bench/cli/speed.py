@@ -17,6 +17,7 @@ BENCHMARKS = (
     "evaluator",
     "evaluator-scale",
     "crossover",
+    "device-search",
     "report",
     "start",
 )
@@ -146,6 +147,7 @@ def speed(
     import torch
 
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
+    from bench.speed.device_search import device_search_benchmark
     from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
@@ -180,6 +182,11 @@ def speed(
         "crossover": lambda: show(
             "large-class ranking vs faiss top-k (ms per query, 128-d)",
             crossover_benchmark(crossover_items),
+        ),
+        "device-search": lambda: show(
+            f"evaluator's search in torch on {device} vs a bare torch search (R@K and MAP@R, "
+            f"128-d, one class of 10 %, --scale-sizes)",
+            device_search_benchmark(scale, device),
         ),
         "report": lambda: show(
             "report over generated runs vs reading their metrics.json (seconds)",
