@@ -40,6 +40,7 @@ from torch import nn
 
 from bench.util.knn import approximate_knn, knn, search, uses_gpu
 from bench.util.progress import log
+from bench.util.torch_knn import torch_knn
 from losses.base import BenchLoss
 from losses.registry import register_loss
 
@@ -200,9 +201,13 @@ class NNGKLoss(BenchLoss):
     @torch.no_grad()
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Store the current training embeddings as centres and recompute neighbour lists."""
+        if self.searches_on(embeddings.device):
+            nbr = torch_knn(embeddings.detach().float(), self.k).cpu()
+        else:  # faiss on the CPU, as it always has
+            nbr = torch.from_numpy(self._nearest(embeddings.detach().float().cpu().numpy()))
         emb = embeddings.detach().float().cpu()
         labels = labels.detach().long().cpu()
-        nbr = torch.from_numpy(self._nearest(emb.numpy()).astype(np.int64))
+        nbr = nbr.long()
         lacking = torch.nonzero(~(labels[nbr] == labels.unsqueeze(1)).any(dim=1)).squeeze(1)
         if len(lacking):
             nearest = nearest_same_class(emb, labels, lacking)
@@ -213,6 +218,11 @@ class NNGKLoss(BenchLoss):
         self.neighbours.copy_(nbr)
         self.refreshed.fill_(True)
         self._bank_changed()
+
+    def searches_on(self, device: torch.device) -> bool:
+        """Whether the neighbour lists are found with torch on the embeddings' device (a GPU's,
+        exact search): else with faiss on the CPU, as always."""
+        return device.type == "cuda" and not self.approximate
 
     def _nearest(self, emb: np.ndarray) -> np.ndarray:
         """The k nearest other centres of each centre: exact, or from the IVF index (its

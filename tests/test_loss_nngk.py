@@ -88,6 +88,22 @@ def test_nngk_neighbour_lists_are_the_k_nearest_other_centres():
     assert loss.neighbours.shape == (N_TRAIN, K)
 
 
+def test_nngk_lists_found_on_a_device_are_the_same(monkeypatch):
+    # On a GPU the refresh searches with torch there (issue 44); here on CPU tensors.
+    searched = []
+    monkeypatch.setattr(NNGKLoss, "searches_on", lambda self, device: searched.append(device) or 1)
+    loss, centres, centre_labels = make_nngk()
+    assert searched and loss.neighbours.tolist() == brute_neighbours(centres, centre_labels, K)
+
+
+def test_torch_knn_gives_faiss_s_neighbours():
+    from bench.util.knn import knn
+    from bench.util.torch_knn import torch_knn
+
+    x = torch.randn(500, 16)
+    assert torch.equal(torch_knn(x, 7), torch.from_numpy(knn(x.numpy(), 7)[1]))
+
+
 def test_nngk_k_is_capped_at_the_other_training_examples():
     loss = losses.build_loss("nngk", {"k": 100}, num_train=4, num_classes=2, dims=2)
     assert loss.k == 3

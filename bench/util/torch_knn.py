@@ -32,10 +32,11 @@ def chunk_rows(items: int, cells: int = CELLS) -> int:
 class TorchSearch:
     """One base on `device`, searched by chunks of queries."""
 
-    def __init__(self, base: np.ndarray, device: str | torch.device) -> None:
+    def __init__(self, base: np.ndarray | torch.Tensor, device: str | torch.device) -> None:
         self.device = torch.device(device)
-        x = np.ascontiguousarray(base, dtype=np.float32)
-        self.base = torch.from_numpy(x).to(self.device)
+        if not isinstance(base, torch.Tensor):
+            base = torch.from_numpy(np.ascontiguousarray(base, dtype=np.float32))
+        self.base = base.detach().float().to(self.device)
         self.norms = (self.base * self.base).sum(1)
 
     def __len__(self) -> int:
@@ -85,3 +86,15 @@ def torch_search(
             dist, idx = search.nearest(q[start:stop].to(search.device), k)
             found.append((dist.cpu().numpy(), idx.cpu().numpy()))
     return np.concatenate([d for d, _ in found]), np.concatenate([i for _, i in found])
+
+
+@torch.no_grad()
+def torch_knn(x: torch.Tensor, k: int) -> torch.Tensor:
+    """`bench.util.knn.knn`'s indices on x's device: each row's k nearest other rows (the row
+    itself left out by index, its duplicates kept), by distance, then index."""
+    search = TorchSearch(x, x.device)
+    found = []
+    for start, stop in chunks(len(x), chunk_rows(len(x))):
+        rows = torch.arange(start, stop, device=search.device)
+        found.append(search.nearest(search.base[start:stop], k, exclude=rows)[1])
+    return torch.cat(found)
