@@ -40,7 +40,7 @@ from torch import nn
 
 from bench.util.knn import approximate_knn, knn, search, uses_gpu
 from bench.util.progress import log
-from bench.util.torch_knn import torch_knn
+from bench.util.torch_knn import search_device, torch_knn
 from losses.base import BenchLoss
 from losses.registry import register_loss
 
@@ -222,7 +222,7 @@ class NNGKLoss(BenchLoss):
     def searches_on(self, device: torch.device) -> bool:
         """Whether the neighbour lists are found with torch on the embeddings' device (a GPU's,
         exact search): else with faiss on the CPU, as always."""
-        return device.type == "cuda" and not self.approximate
+        return search_device(device) is not None and not self.approximate
 
     def _nearest(self, emb: np.ndarray) -> np.ndarray:
         """The k nearest other centres of each centre: exact, or from the IVF index (its

@@ -92,9 +92,13 @@ def test_evaluate_on_a_device_gives_the_cpu_metrics():
     assert on_device == pytest.approx(evaluate(x, labels), abs=1e-6)
 
 
-def test_a_run_on_the_cpu_searches_with_faiss_as_before():
+def test_a_run_on_the_cpu_searches_with_faiss_as_before(monkeypatch):
+    import bench.util.torch_knn
+
     assert search_device(None) is None and search_device(torch.device("cpu")) is None
-    assert search_device("cuda:1") == torch.device("cuda:1")
+    assert search_device("cuda:1") == torch.device("cuda:1")  # faiss has no GPU here
+    monkeypatch.setattr(bench.util.torch_knn, "uses_gpu", lambda: True)  # faiss-gpu installed
+    assert search_device("cuda:1") is None
 
 
 def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_path, monkeypatch):

@@ -260,3 +260,35 @@ def test_the_device_search_row_times_the_harness_against_a_bare_torch_search():
     # Two searches written apart agree on what they find.
     assert row["R@1 harness"] == pytest.approx(row["R@1 bare"], abs=1e-9)
     assert row["MAP@R harness"] == pytest.approx(row["MAP@R bare"], abs=1e-6)
+
+
+def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monkeypatch):
+    import os
+
+    from bench.speed.train_step import train_step_benchmark
+    from bench.train.step_rates import step_rates
+
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "kept"))
+    args = ("small_cnn", 8, ["fp32", "bf16"], "cpu", 2, tmp_path, 24, 16)
+    rows = train_step_benchmark(step_rates, *args)
+    assert [r["precision"] for r in rows] == ["fp32", "bf16"]
+    for row in rows:
+        assert row["harness img/s"] > 0 and row["bare img/s"] > 0
+        assert row["harness / bare"] == pytest.approx(row["harness img/s"] / row["bare img/s"])
+    assert rows[0]["bare / bare fp32"] == 1.0
+    assert os.environ["NNGK_CACHE"] == str(tmp_path / "kept")  # as it was
+    assert (tmp_path / "cache").is_dir() and not (tmp_path / "kept").exists()
+
+
+def test_a_train_step_pair_that_is_not_backbone_batch_is_refused():
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    for bad in ("googlenet", "googlenet:1", "googlenet:x"):
+        out = CliRunner().invoke(main, ["speed", "--only", "start", "--train-step", bad])
+        assert out.exit_code == 1 and "expected BACKBONE:BATCH" in out.output
+    out = CliRunner().invoke(
+        main, ["speed", "--only", "start", "--train-step", "a:2", "--precisions", "fp8"]
+    )
+    assert out.exit_code == 1 and "--precisions 'fp8'" in out.output

@@ -108,12 +108,25 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     help=f"Only these benchmarks, comma-separated: {', '.join(BENCHMARKS)} "
     "(--loader adds the loader's).",
 )
+@click.option(
+    "--train-step",
+    default=None,
+    help="Also time the harness's training step (NNGK, --resize/--crop, synthetic JPEGs) "
+    "against a bare loop: BACKBONE:BATCH pairs, e.g. googlenet:20,resnet50:128.",
+)
+@click.option(
+    "--precisions",
+    default="fp32,bf16",
+    show_default=True,
+    help="Precisions of the --train-step rows.",
+)
+@click.option("--train-steps", default=20, show_default=True, type=click.IntRange(2))
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
     refresh_images, ann_size, scale_sizes, scale_memory, scale_timeout, crossover_items,
-    report_runs, only, device, threads,
+    report_runs, only, train_step, precisions, train_steps, device, threads,
 ):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
     step, the NNGK refresh against an inference pass, approximate (IVF) against exact bank
@@ -129,6 +142,7 @@ def speed(
     from bench.speed.loader import CACHED_BATCHES, batches_needed, batches_read
 
     chosen = chosen_benchmarks(only)
+    step_plan, step_precisions = train_step_plan(train_step, precisions)
     sizes = parse_ints(eval_sizes, "--eval-sizes")
     scale = parse_ints(scale_sizes, "--scale-sizes")
     if min(scale) < MIN_SCALE_ITEMS:
@@ -196,6 +210,8 @@ def speed(
     }
     for name in chosen:
         runs[name]()
+    if step_plan:
+        train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop)
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
@@ -206,6 +222,42 @@ def speed(
         show("loader", [{"loader": k, "value": v} for k, v in result.items()])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def train_step_plan(pairs: str | None, precisions: str) -> tuple[list, list[str]]:
+    """(--train-step's (backbone, batch) pairs, --precisions), checked before anything runs."""
+    from bench.train.choices import PRECISIONS
+
+    wanted = [p.strip() for p in precisions.split(",") if p.strip()]
+    if not wanted or set(wanted) - set(PRECISIONS):
+        raise click.ClickException(f"--precisions {precisions!r}: some of {', '.join(PRECISIONS)}")
+    plan = []
+    for pair in pairs.split(",") if pairs else []:
+        backbone, _, batch = pair.strip().partition(":")
+        if not batch.isdigit() or int(batch) < 2:
+            raise click.ClickException(f"--train-step {pair!r}: expected BACKBONE:BATCH")
+        plan.append((backbone, int(batch)))
+    return plan, wanted
+
+
+def train_step_rows(
+    plan: list, precisions: list[str], steps: int, device: str, resize: int, crop: int
+) -> None:
+    """The --train-step rows: each (backbone, batch) at each precision, in a temporary folder."""
+    import tempfile
+
+    from bench.speed.train_step import train_step_benchmark
+    from bench.train.step_rates import step_rates
+
+    for backbone, batch in plan:
+        tmp = Path(tempfile.mkdtemp(prefix="nngk-step-"))
+        try:
+            rows = train_step_benchmark(
+                step_rates, backbone, batch, precisions, device, steps, tmp, resize, crop
+            )
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        show(f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch})", rows)
 
 
 def report_rows(count: int) -> list[dict]:

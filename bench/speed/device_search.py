@@ -10,14 +10,10 @@ import numpy as np
 import torch
 
 from bench.speed.scale import skewed_set
+from bench.util.runtime import synchronize
 
 DIMS = 128
 BARE_CELLS = 2**26  # distances a chunk of the bare search holds
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bare_torch(x: np.ndarray, labels: np.ndarray, device: torch.device) -> dict[str, float]:

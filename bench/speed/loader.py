@@ -14,14 +14,10 @@ import numpy as np
 import torch
 
 from bench.speed.benchmarks import seconds_per_call
+from bench.util.runtime import synchronize
 
 CACHED_BATCHES = 10  # batches, about, that each loader's rate reads
 DECODED_BATCHES = 4  # fewer where every image is decoded: a CPU decodes about 300 a second
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # time the work, not its launch
 
 
 def batches_needed(workers: int) -> int:
@@ -53,13 +49,13 @@ def rate_after_first(
     for i, batch in enumerate(batches):
         n, read = size(batch), i + 1
         if first is None:
-            sync(device)
+            synchronize(device)
             first = clock()
         else:
             seen += n
         if i == last:
             break
-    sync(device)
+    synchronize(device)
     if read <= last:
         raise ValueError(f"the loader gave {read} batches of the {last + 1} the rate takes")
     return first - start, seen / (clock() - first)
@@ -129,7 +125,7 @@ def model_throughput(
         opt.zero_grad()
         model(x).pow(2).mean().backward()
         opt.step()
-        sync(device)
+        synchronize(device)
 
     return batch_size / seconds_per_call(step, repeats=steps)
 

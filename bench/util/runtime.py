@@ -30,3 +30,9 @@ def package_versions() -> dict[str, str]:
         except PackageNotFoundError:
             pass
     return found
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for a GPU's queued work (to time the work, not its launch); nothing on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)

@@ -13,13 +13,16 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from bench.util.knn import uses_gpu
+
 CELLS = 2**26  # distances held at once: 256 MiB of float32
 
 
 def search_device(device: str | torch.device | None) -> torch.device | None:
-    """Where a run searches: its device when that is a GPU; None on the CPU, where faiss
-    searches as it always has (the same results to the bit)."""
-    if device is None or torch.device(device).type == "cpu":
+    """Where a run searches with torch: its device when that is a GPU and faiss has none
+    (faiss-gpu, where installed, searches as before); None on the CPU, where faiss searches as
+    it always has (the same results to the bit)."""
+    if device is None or torch.device(device).type == "cpu" or uses_gpu():
         return None
     return torch.device(device)
 
