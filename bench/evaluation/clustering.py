@@ -41,27 +41,18 @@ def kmeans_nmi(embeddings: np.ndarray, labels: np.ndarray, **kmeans_options) -> 
     return float(normalized_mutual_info_score(labels, assignment))
 
 
-def kmeans_work(embeddings: np.ndarray, labels: np.ndarray, iterations: int) -> float:
-    """Multiply-adds of k-means with a cluster per class: points x clusters x dims x iterations."""
-    n, dims = embeddings.shape
-    return float(n) * len(np.unique(labels)) * dims * iterations
-
-
 def announce_kmeans(embeddings: np.ndarray, labels: np.ndarray, restarts: int) -> bool:
     """Say what a long NMI costs and how to skip it, before it starts (a cluster per class: at
-    tens of thousands of classes it took minutes without a word); whether it was said."""
+    tens of thousands of classes it took minutes without a word); whether it was said. Its
+    cost: multiply-adds of points x clusters x dims x iterations."""
+    (n, dims), clusters = embeddings.shape, len(np.unique(labels))
     iterations = PML_ITERATIONS + restarts * BEST_ITERATIONS
-    if kmeans_work(embeddings, labels, iterations) < SAID_FROM:
+    if float(n) * clusters * dims * iterations < SAID_FROM:
         return False
-    n, clusters = len(embeddings), len(np.unique(labels))
     then = f", then the best of {restarts} restarts of {BEST_ITERATIONS}" if restarts else ""
-    skip = (
-        "--clustering pml keeps PML's alone, none skips k-means"
-        if restarts
-        else ("--clustering none skips it")
-    )
+    skip = "--clustering pml keeps PML's alone, none" if restarts else "--clustering none"
     log.info(
         f"NMI: k-means of {n:,} embeddings into {clusters:,} clusters, {PML_ITERATIONS} "
-        f"iterations (PML's){then}; {skip}"
+        f"iterations (PML's){then}; {skip} skips {'k-means' if restarts else 'it'}"
     )
     return True

@@ -95,9 +95,9 @@ def table_names(df: pd.DataFrame) -> list[str]:
     return sorted(df.loc[df["loss"] != BASELINE_LOSS, "table"].unique())
 
 
-def part_count(df: pd.DataFrame, builders: Sequence[Callable]) -> int:
+def part_count(tables: Sequence[str], builders: Sequence[Callable]) -> int:
     """What `build_all` builds: each builder per table, classification, tuned-vs-default."""
-    return len(table_names(df)) * len(builders) + 2
+    return len(tables) * len(builders) + 2
 
 
 def with_reference(builder: Callable, reference: str | None) -> Callable:
@@ -117,7 +117,7 @@ def build_groups(
     out of every table it is in, named among the problems, and the rest is built without it."""
     tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
     left_out: dict[str, list[str]] = {}  # by table, the damaged runs left out of it
-    with building_bar(part_count(df, builders)) as bar:
+    with building_bar(part_count(tables, builders)) as bar:
         while True:
             found: list[str] = []
             try:
@@ -138,7 +138,7 @@ def build_all(
 ) -> dict[str, Files]:
     """One attempt of `build_groups` over these tables: a DamagedRun ends it."""
     parts = {t: df[df["table"] == t] for t in tables}
-    bar.reset(total=len(tables) * len(builders) + 2)  # from 0 after a damaged run left out
+    bar.reset(total=part_count(tables, builders))  # from 0 after a damaged run left out
     groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
     groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
     groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], problems, bar)
