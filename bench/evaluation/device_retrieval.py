@@ -31,31 +31,36 @@ def device_scores(
     cells: int = CELLS,
 ) -> dict[str, np.ndarray]:
     """R@K (for each K of `ks`) and AP@R of each query in `base` (with `exclude_self`, base row
-    i is query i); R: each query's matches in the base. NaN AP@R where R is 0."""
+    i is query i); R: each query's matches in the base. NaN AP@R where R is 0; `cells`:
+    distances a chunk holds."""
     search = TorchSearch(base, device)
     extra = int(exclude_self)
     top = min(max(ks), len(base) - extra)
     need = np.minimum(np.maximum(r, top), len(base) - extra)
     order = np.argsort(need, kind="stable")
     on = search.device
-    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32)).to(on)
     q_codes = torch.from_numpy(np.asarray(query_codes)).to(on)
     b_codes = torch.from_numpy(np.asarray(base_codes)).to(on)
     r_all = torch.from_numpy(np.asarray(r)).to(on)
-    scores = {f"recall@{k}": np.empty(len(q)) for k in ks} | {"map@r": np.empty(len(q))}
+    ordered = torch.from_numpy(order).to(on)
+    # Everything a chunk needs is on the device from here, and its scores stay there until the
+    # end: a copy to or from the host in each chunk would wait for the GPU to finish.
+    found = torch.empty((len(ks) + 1, len(q)), dtype=torch.float64, device=on)
     with torch.no_grad():
         for start, stop in chunks(len(q), chunk_rows(len(base), cells)):
-            picked = order[start:stop]
-            rows = torch.from_numpy(picked).to(on)
+            rows = ordered[start:stop]
             exclude = rows if exclude_self else None
-            _, idx = search.nearest(q[picked].to(on), int(need[picked].max()), exclude)
+            k_chunk = int(need[order[start:stop]].max())
+            _, idx = search.nearest(q[rows], k_chunk, exclude)
             same = b_codes[idx] == q_codes[rows, None]
-            for k in ks:
-                scores[f"recall@{k}"][picked] = same[:, :k].any(1).double().cpu().numpy()
-            scores["map@r"][picked] = ap_at_r(same, r_all[rows]).cpu().numpy()
+            for i, k in enumerate(ks):
+                found[i, rows] = same[:, :k].any(1).double()
+            found[-1, rows] = ap_at_r(same, r_all[rows])
             if bar is not None:
                 bar.update(stop - start)
-    return scores
+    names = [f"recall@{k}" for k in ks] + ["map@r"]
+    return dict(zip(names, found.cpu().numpy(), strict=True))
 
 
 def ap_at_r(same: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
