@@ -269,8 +269,8 @@ class NNGKLoss(BenchLoss):
                 d2.sqrt().sum(),
                 torch.exp(-exponent).sum(),
                 spread.sum(),
-                d2.new_tensor(float(d2.numel())),
-                d2.new_tensor(float(len(d2))),
+                d2.new_full((), float(d2.numel())),  # filled there: no copy from the host
+                d2.new_full((), float(len(d2))),
             ]
         )
         if self._stats.device != d2.device:

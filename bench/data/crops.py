@@ -25,6 +25,7 @@ copy `roi_align` reads four times that, however extreme the images' aspect ratio
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -90,7 +91,8 @@ class Crops:
         """(B, 3, crop, crop) float32 images, ImageNet-normalised, on the batch's device."""
         boxes = self.boxes(batch.sizes.to(torch.float64), generator)
         turned = batch.transposed
-        boxes = torch.where(turned[:, None], boxes[:, [1, 0, 3, 2]], boxes)  # x and y swapped
+        swapped = boxes.view(-1, 2, 2).flip(-1).reshape(-1, 4)  # y1, x1, y2, x2
+        boxes = torch.where(turned[:, None], swapped, boxes)
         # One zero pixel around the canvas, so that samples outside an image read zero.
         pixels = torch.nn.functional.pad(batch.pixels, (1, 1, 1, 1)).float()
         index = torch.arange(len(boxes), device=boxes.device, dtype=torch.float64)
@@ -100,8 +102,7 @@ class Crops:
         if self.train and self.flip:
             mirror = uniform(len(out), generator, out.device) < 0.5
             out = torch.where(mirror[:, None, None, None], out.flip(-1), out)
-        mean = out.new_tensor(IMAGENET_MEAN)[:, None, None] * 255
-        std = out.new_tensor(IMAGENET_STD)[:, None, None] * 255
+        mean, std = pixel_statistics(out.device)
         return (out - mean) / std
 
     def boxes(self, sizes: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -151,6 +152,15 @@ class Crops:
 
     def draw(self, n: int, generator, device: torch.device) -> torch.Tensor:
         return uniform(n * TRIES, generator, device).view(n, TRIES)
+
+
+@functools.cache
+def pixel_statistics(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and standard deviation in pixel units, (3, 1, 1) on `device`: copied
+    there once, since each copy from the host waits for a GPU to finish what it is doing."""
+    mean = torch.tensor(IMAGENET_MEAN)[:, None, None] * 255
+    std = torch.tensor(IMAGENET_STD)[:, None, None] * 255
+    return mean.to(device), std.to(device)
 
 
 def uniform(n: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
