@@ -5,12 +5,18 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from bench.util.batches import split_loader, to_inputs
 
-PROGRESS_FROM = 50  # batches of 256: a progress bar while embedding a split this large
+BATCH = 256
+PROGRESS_FROM = 50  # batches: a progress bar while embedding a split this large
+
+
+def embedding_loader(dataset: Dataset, device: torch.device, workers: int = 0) -> DataLoader:
+    """The loader `embed` reads a split with, in order (one a caller may keep for the run)."""
+    return split_loader(dataset, device, workers, batch_size=BATCH, shuffle=False)
 
 
 @torch.no_grad()
@@ -21,11 +27,13 @@ def embed(
     normalize: bool = False,
     features: bool = False,
     workers: int = 0,
+    loader: DataLoader | None = None,
 ) -> tuple[torch.Tensor, np.ndarray]:
-    """Embeddings (or the backbone's `features`) of a whole split in eval mode, in order."""
+    """Embeddings (or the backbone's `features`) of a whole split in eval mode, in order; read
+    with `loader` where given (an `embedding_loader` of the split), else a new one."""
     model.eval()
     forward = model.features if features else model
-    loader = split_loader(dataset, device, workers, batch_size=256, shuffle=False)
+    loader = loader or embedding_loader(dataset, device, workers)
     batches = tqdm(loader, desc="embedding", leave=False, disable=len(loader) < PROGRESS_FROM)
     out = [forward(to_inputs(dataset, x, device)).float().cpu() for x, _, _ in batches]
     emb = torch.cat(out)

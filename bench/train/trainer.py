@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from bench.data.datasets import query_flags
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import CLUSTERING, Scores, evaluate
-from bench.models.embed import embed
+from bench.models.embed import embed, embedding_loader
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
@@ -74,6 +74,7 @@ class Trainer:
         self.device = local_device(self.device)
         self.search_device = search_device(self.device)  # None: faiss on the CPU
         self.loader = None  # the training batches' loader, made at the first epoch
+        self.loaders: dict[int, DataLoader] = {}  # each split's embedding loader, by id
         self.run_log = RunLog()  # the experiment log (--log) while fit() runs
         seed_everything(cfg.seed)
         log.info(f"{self.name}: loading {cfg.dataset} ({cfg.protocol} protocol)")
@@ -130,9 +131,8 @@ class Trainer:
         sent to the others."""
         if self.ranks.main:
             with self.precision.autocast():
-                emb, labels = embed(
-                    self.model, self.data.train_eval, self.device, workers=self.cfg.workers
-                )
+                split = self.data.train_eval
+                emb, labels = embed(self.model, split, self.device, loader=self.loader_of(split))
             self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
         if self.ranks.world > 1:
             state = {k: v.cpu() for k, v in self.loss.state_dict().items()}
@@ -166,10 +166,17 @@ class Trainer:
         return losses
 
     def embed_split(self, split: Dataset) -> tuple[np.ndarray, np.ndarray]:
-        normalize, workers = self.loss.normalize_embeddings, self.cfg.workers
+        normalize, loader = self.loss.normalize_embeddings, self.loader_of(split)
         with self.precision.autocast():
-            emb, labels = embed(self.model, split, self.device, normalize, workers=workers)
+            emb, labels = embed(self.model, split, self.device, normalize, loader=loader)
         return emb.numpy(), labels
+
+    def loader_of(self, split: Dataset) -> DataLoader:
+        """The split's embedding loader, made once: the refresh and validation embed theirs
+        every epoch, and new loader workers each time cost a short GPU epoch a large share."""
+        if id(split) not in self.loaders:
+            self.loaders[id(split)] = embedding_loader(split, self.device, self.cfg.workers)
+        return self.loaders[id(split)]
 
     def validate(self, epoch: int) -> dict:
         """Validation metrics with what the protocol's evaluations add, and `score` (higher is
