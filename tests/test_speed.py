@@ -266,11 +266,17 @@ def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monk
     import os
 
     from bench.speed.train_step import train_step_benchmark
+    from bench.train import loaders as train_loaders
     from bench.train.step_rates import step_rates
 
     monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "kept"))
-    args = ("small_cnn", 8, ["fp32", "bf16"], "cpu", 2, tmp_path, 24, 16)
+    loaders = []
+    real = train_loaders.split_loader
+    spy = lambda *a, **k: loaders.append(a) or real(*a, **k)  # noqa: E731
+    monkeypatch.setattr(train_loaders, "split_loader", spy)
+    args = ("small_cnn", 8, ["fp32", "bf16"], "cpu", 2, tmp_path, 24, 16, 1)
     rows = train_step_benchmark(step_rates, *args)
+    assert len(loaders) == 2 and all(a[2] == 1 for a in loaders)  # the run's workers, as given
     assert [r["precision"] for r in rows] == ["fp32", "bf16"]
     for row in rows:
         assert row["harness img/s"] > 0 and row["bare img/s"] > 0

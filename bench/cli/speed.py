@@ -211,7 +211,7 @@ def speed(
     for name in chosen:
         runs[name]()
     if step_plan:
-        train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop)
+        train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop, workers)
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
@@ -241,9 +241,11 @@ def train_step_plan(pairs: str | None, precisions: str) -> tuple[list, list[str]
 
 
 def train_step_rows(
-    plan: list, precisions: list[str], steps: int, device: str, resize: int, crop: int
-) -> None:
-    """The --train-step rows: each (backbone, batch) at each precision, in a temporary folder."""
+    plan: list, precisions: list[str], steps: int, device: str, resize: int, crop: int,
+    workers: int,
+) -> None:  # fmt: skip
+    """The --train-step rows: each (backbone, batch) at each precision, in a temporary folder;
+    the harness's batches loaded by `workers` processes, as `run --workers` loads them."""
     import tempfile
 
     from bench.speed.train_step import train_step_benchmark
@@ -253,11 +255,13 @@ def train_step_rows(
         tmp = Path(tempfile.mkdtemp(prefix="nngk-step-"))
         try:
             rows = train_step_benchmark(
-                step_rates, backbone, batch, precisions, device, steps, tmp, resize, crop
-            )
+                step_rates, backbone, batch, precisions, device, steps, tmp, resize, crop,
+                workers,
+            )  # fmt: skip
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        show(f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch})", rows)
+        title = f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch}"
+        show(f"{title}, {workers} loader workers)", rows)
 
 
 def report_rows(count: int) -> list[dict]:

@@ -53,6 +53,7 @@ def train_step_benchmark(
     tmp: Path,
     resize: int = 256,
     crop: int = 224,
+    workers: int = 0,
 ) -> list[dict]:
     """Per precision: the harness's and the bare loop's images per second (`rates`, as
     bench.train.step_rates.step_rates gives them), and their ratio."""
@@ -62,7 +63,7 @@ def train_step_benchmark(
     for name in precisions:
         with cache_in(tmp / "cache"):  # the images' cache goes with the folder
             harness, bare = rates(root, backbone, batch, name, on, steps, resize, crop,
-                                  tmp / f"run-{name}")  # fmt: skip
+                                  tmp / f"run-{name}", workers)  # fmt: skip
         rows.append(
             {
                 "backbone": backbone,

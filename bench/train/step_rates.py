@@ -19,12 +19,13 @@ from bench.util.runtime import synchronize
 
 def step_rates(
     root: Path, backbone: str, batch: int, precision: str, device: torch.device, steps: int,
-    resize: int, crop: int, run_dir: Path,
+    resize: int, crop: int, run_dir: Path, workers: int = 0,
 ) -> tuple[float, float]:  # fmt: skip
     """(the harness's, the bare loop's) training images per second: NNGK on the `folder:`
-    data set at `root`, no validation, the harness's second epoch against `steps` bare steps."""
+    data set at `root`, no validation, the harness's second epoch (its batches loaded by
+    `workers` processes) against `steps` bare steps."""
     settings = dict(backbone=backbone, pretrained="none", batch_size=batch, epochs=2)
-    settings.update(val_fraction=0.0, resize=resize, crop=crop, workers=0)
+    settings.update(val_fraction=0.0, resize=resize, crop=crop, workers=workers)
     (cfg,) = make_configs(f"folder:{root}", "nngk", (512,), {}, **settings)
     (cfg,) = with_data_identity([replace(cfg, precision=precision)])
     return harness_rate(cfg, device, run_dir), bare_rate(cfg, device, steps)
