@@ -11,8 +11,9 @@ from bench.util.knn import search
 
 KNN_VOTES = 10
 # The report's groups of losses, in its order: the source papers' (NNGK and the losses it was
-# compared with), proxy-based, pair weighting, classification / angular, ranking.
-FAMILIES = ("paper", "proxy", "pair weighting", "classification", "ranking")
+# compared with), proxy-based, pair weighting, classification / angular, ranking; and the
+# classes of pytorch-metric-learning run by name (losses/pml_adapter.py), undeclared.
+FAMILIES = ("paper", "proxy", "pair weighting", "classification", "ranking", "pml (generic)")
 
 
 class BenchLoss(nn.Module):

@@ -8,11 +8,24 @@ from typing import Any
 from bench.util.errors import check_known
 from bench.util.registry import Registry
 from losses.base import BenchLoss
+from losses.pml_adapter import is_pml_name, pml_loss_class, pml_loss_names
 
 LOSSES = Registry("loss")
 register_loss = LOSSES.register
 loss_names = LOSSES.names
-get_loss_class = LOSSES.get_class
+
+
+def get_loss_class(name: str) -> type[BenchLoss]:
+    """A registered loss, or any loss class of the installed PML as `pml:ClassName`."""
+    if is_pml_name(name):
+        return pml_loss_class(name)
+    return LOSSES.get_class(name)
+
+
+def is_loss(name: str) -> bool:
+    """Whether `name` is a registered loss or names a loss class of the installed PML."""
+    return name in LOSSES or (is_pml_name(name) and name in pml_loss_names())
+
 
 # Values the trainer passes to any loss whose constructor names them; not user parameters.
 CONTEXT_ARGS = ("num_train", "num_classes", "dims")
@@ -29,8 +42,8 @@ def loss_defaults(name: str) -> dict[str, Any]:
 
 
 def loss_family(name: str) -> str:
-    """The family of a registered loss ("" for a name no longer registered)."""
-    return LOSSES[name].family if name in LOSSES else ""
+    """The family of a loss ("" for a name no longer registered)."""
+    return get_loss_class(name).family if is_loss(name) else ""
 
 
 def memory_losses() -> list[str]:

@@ -1,6 +1,9 @@
-"""Miners by name, filled by the `register_miner` decorator."""
+"""Miners by name, filled by the `register_miner` decorator; and any miner class of the
+installed pytorch-metric-learning as `pml:ClassName` (issue 46)."""
 
 from __future__ import annotations
+
+import inspect
 
 from torch import nn
 
@@ -10,7 +13,51 @@ MINERS = Registry("miner")
 register_miner = MINERS.register
 miner_names = MINERS.names
 
+PREFIX = "pml:"
+# Classes of PML's miner module that mine nothing in a labelled batch, with the reason.
+NOT_MINERS = {
+    "BaseMiner": "the base class of PML's miners",
+    "EmbeddingsAlreadyPackagedAsTriplets": "for batches laid out as anchor, positive, negative "
+    "in turn, which the harness's batches are not",
+}
 
-def build_miner(name: str, margin: float) -> nn.Module:
-    """A triplet miner whose margin is the loss's own (PML's miner default differs from it)."""
-    return MINERS.get_class(name)(margin=margin)
+
+def pml_miner_classes() -> dict[str, type]:
+    """The miner classes PML's miner module exports, by name, those that mine nothing too."""
+    from pytorch_metric_learning import miners
+
+    found = {n: getattr(miners, n) for n in dir(miners) if not n.startswith("_")}
+    return {
+        n: c
+        for n, c in sorted(found.items())
+        if inspect.isclass(c) and issubclass(c, miners.BaseMiner)
+    }
+
+
+def pml_miner_names() -> list[str]:
+    """`pml:Name` of every miner class of the installed PML that mines a labelled batch."""
+    return [PREFIX + n for n in pml_miner_classes() if n not in NOT_MINERS]
+
+
+def get_miner_class(name: str) -> type:
+    """A registered miner, or PML's miner class of `pml:Name`; a ValueError naming them."""
+    if not name.startswith(PREFIX):
+        return MINERS.get_class(name)
+    short = name[len(PREFIX) :]
+    if short in NOT_MINERS:
+        raise ValueError(f"miner {name}: {NOT_MINERS[short]}; it cannot be run here")
+    found = pml_miner_classes().get(short)
+    if found is None:
+        raise ValueError(
+            f"unknown miner {name!r}; expected a registered one ({', '.join(miner_names())}) "
+            f"or one of pytorch-metric-learning's: {', '.join(pml_miner_names())}"
+        )
+    return found
+
+
+def build_miner(name: str, margin: float | None = None) -> nn.Module:
+    """A miner; one that takes a margin gets the loss's own where given (PML's miner default
+    differs from it), the others their defaults."""
+    cls = get_miner_class(name)
+    takes_margin = "margin" in inspect.signature(cls.__init__).parameters
+    return cls(margin=margin) if margin is not None and takes_margin else cls()

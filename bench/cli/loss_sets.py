@@ -42,10 +42,12 @@ REALITY_CHECK = (
     ("soft-triple", {}),
 )
 LOSS_SETS = ("paper", "realitycheck", "all")
+PML_PREFIX = "pml:"  # losses.pml_adapter.PREFIX, spelled here so that a typo needs no torch
 LOSS_HELP = (
     "A loss (`nngk-bench losses`), a comma-separated list of them (nngk,contrastive), or a "
     "set: paper (NNGK and the source papers' losses, triplet with each miner), realitycheck "
-    "(the fourteen of Musgrave et al. 2020), all (every loss)."
+    "(the fourteen of Musgrave et al. 2020), all (every loss); or pml:ClassName, any loss "
+    "class of the installed pytorch-metric-learning."
 )
 
 
@@ -106,6 +108,11 @@ def check_loss_name(name: str, sets: bool = False) -> None:
     first, for a name that is no loss."""
     known = registered_loss_names()
     if name in known:
+        return
+    if name.startswith(PML_PREFIX):  # any loss class of the installed PML (imports it)
+        from losses.pml_adapter import pml_class
+
+        pml_class(name)
         return
     choices = [*known, *(LOSS_SETS if sets else ())]
     also = f" or a set ({set_list()})" if sets else ""

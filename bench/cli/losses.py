@@ -66,3 +66,25 @@ def list_losses():
     click.echo("\nminers (triplet --miner; their margin is the loss's):")
     for name, cls in sorted(MINERS.items()):
         click.echo(f"{name}\n    {summary(cls)}")
+    click.echo("\n".join(pml_lines()))
+
+
+def pml_lines() -> list[str]:
+    """The loss and miner classes of the installed PML, each with what it needs and its
+    parameters (PML's defaults; None: give it, where PML has no default); those that cannot
+    run here, with the reason."""
+    import pytorch_metric_learning
+
+    from losses import get_loss_class, loss_defaults
+    from losses.pml_adapter import NOT_RUNNABLE, pml_loss_names
+    from miners.registry import NOT_MINERS, pml_miner_names
+
+    version = pytorch_metric_learning.__version__
+    lines = [f"\npytorch-metric-learning {version}'s losses (--loss pml:NAME, --loss-param):"]
+    for name in pml_loss_names():
+        params = ", ".join(f"{k}={v}" for k, v in loss_defaults(name).items())
+        lines.append(f"{name}\n    needs: {needs_text(get_loss_class(name))}\n    {params}")
+    lines.append(f"its miners (--miner pml:NAME): {', '.join(pml_miner_names())}")
+    lines.append("not run here:")
+    lines += [f"    {name}: {why}" for name, why in {**NOT_RUNNABLE, **NOT_MINERS}.items()]
+    return lines

@@ -39,7 +39,8 @@ ALIASES = {
     "fixed_weights": "learn_weights",
 }
 ALIAS_OPTIONS = (
-    click.option("--miner", default=None, help="Triplet miner (see `losses`)."),
+    click.option("--miner", default=None,
+                 help="A miner (see `losses`): triplet's, or pml:ClassName, any of PML's."),
     click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width."),
     click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example."),
     click.option(
@@ -101,6 +102,8 @@ def name_values(pairs: tuple[str, ...]) -> dict[str, str]:
 
 def parsed(name: str, text: str, default: Any) -> Any:
     """`text` as the type of the parameter's default; a ValueError naming what it expects."""
+    if default is None:  # no type to read it as (PML's parameters without a default, a miner)
+        return number_or_text(text)
     try:
         if isinstance(default, bool):
             return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
@@ -114,6 +117,20 @@ def parsed(name: str, text: str, default: Any) -> Any:
     except (KeyError, ValueError):
         kind = {bool: "true or false", int: "an integer", float: "a finite number"}[type(default)]
         raise ValueError(f"bad --loss-param {name}={text}; expected {kind}") from None
+    return text
+
+
+def number_or_text(text: str) -> int | float | str:
+    """'3' -> 3, '0.5' -> 0.5, anything else as it is (a finite number only: NaN passes every
+    bound a loss checks)."""
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        if isinstance(value, int) or math.isfinite(value):
+            return value
+        raise ValueError(f"bad --loss-param value {text}; expected a finite number")
     return text
 
 
@@ -154,10 +171,10 @@ def check_built(loss: str, params: dict[str, Any]) -> None:
     """The loss built once with `params` (on a stand-in training set: its own checks of their
     values, e.g. NNGK's sigma > 0), and its miner known."""
     from losses import build_loss
-    from miners import MINERS
+    from miners import get_miner_class
 
-    if "miner" in params:
-        MINERS.get_class(params["miner"])
+    if params.get("miner") is not None:
+        get_miner_class(params["miner"])
     logging.disable(logging.WARNING)  # e.g. NNGK's k cut to the stand-in's size
     try:
         build_loss(loss, params, num_train=1000, num_classes=10, dims=8)

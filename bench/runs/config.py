@@ -174,7 +174,7 @@ class RunConfig:
         hashed = {k: v for k, v in self.to_dict().items() if k not in {*NOT_HASHED, *unset}}
         digest = hashlib.sha1(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
         miner = self.loss_params.get("miner")
-        name = f"{self.loss}-{miner}" if miner else self.loss
+        name = safe_name(f"{self.loss}-{miner}" if miner else self.loss)  # pml:Name -> pml-Name
         protocol = f"{self.protocol}-" if shown_protocol(self.protocol) else ""
         tail = f"{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
         return fitted_name(safe_name(self.dataset), tail, RUN_ID_ROOM)

@@ -10,7 +10,7 @@ from bench.data.names import FEATURES_PREFIX, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset
-from losses import get_loss_class, loss_names
+from losses import get_loss_class, is_loss
 
 
 @dataclass(frozen=True)
@@ -302,7 +302,7 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
 
 def batch_settings(loss: str) -> dict[str, Any]:
     """The batch a loss declares it needs, as run settings (N-pair: m_per_class=2)."""
-    if loss not in loss_names():  # the baselines
+    if not is_loss(loss):  # the baselines
         return {}
     cls = get_loss_class(loss)
     per_class = cls.examples_per_class

@@ -7,7 +7,8 @@ import re
 
 
 def safe_name(dataset: str) -> str:
-    """A data set's name as a file name ('folder:/data/x' -> 'folder-data-x')."""
+    """A name as a file name ('folder:/data/x' -> 'folder-data-x'); names of letters, digits,
+    '_', '.' and '-' as they are."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", dataset.rstrip("/"))
 
 
