@@ -21,6 +21,13 @@ from bench.cli import main
 if os.environ.get("NNGK_TEST_CUDA") != "1":
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
+# Each test process computes with one thread where pytest-xdist runs a process per core: more
+# threads than cores (torch's and faiss's OpenMP pools in every process) made the suite about a
+# fifth slower on CI's 2 cores (measured on four of its heaviest files: 203 s against 160 s).
+# Set before torch is first imported, and inherited by the subprocesses the tests start.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # Nothing a test writes lands outside its temporary folders: the glyphs and image caches go to a
 # folder of this test process's own (a test may set one of its own), never to the user's
 # ~/.cache/nngk-bench. Set here, at import, so that the subprocesses the tests start inherit it.
