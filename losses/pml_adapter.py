@@ -2,7 +2,8 @@
 what the trainer needs is read from the class, not written per loss.
 
 - Its parameters are those its constructor names, with PML's defaults (a parameter PML gives
-  no default must be set with --loss-param), plus `miner` (a registered miner or `pml:Name`).
+  no default must be set with --loss-param), plus `miner` (a registered miner or `pml:Name`)
+  and `regularizer` (`pml:Name`, losses/pml_regularizers.py) with its `regularizer_weight`.
 - What PML's spelling of the run's size names (`num_classes`, `embedding_size`, ...) is filled
   in where the constructor requires it; such a loss has weights of its own (class weights,
   proxies), optimised with the network, and its batches are drawn at random; every other loss
@@ -23,6 +24,7 @@ from pytorch_metric_learning import losses as pml_losses
 from torch import nn
 
 from losses.base import PMLLoss
+from losses.pml_regularizers import regularizer_arguments
 from miners import build_miner
 
 PREFIX = "pml:"
@@ -47,6 +49,9 @@ NOT_RUNNABLE = {
     "same image (ref_emb), which a labelled batch does not give",
 }
 UNSET = None  # the default a parameter without one in PML is listed with
+# The adapter's own parameters: a miner (registered, or pml:Name) and a regularizer of PML
+# (pml:Name) with its weight in the loss (PML's default weight, 1).
+EXTRA = {"miner": None, "regularizer": None, "regularizer_weight": 1.0}
 
 
 def is_pml_name(name: str) -> bool:
@@ -150,12 +155,17 @@ def pml_loss_class(name: str) -> type[PMLLoss]:
     def __init__(self, **kwargs: Any) -> None:
         given = {k: kwargs.pop(k) for k in list(kwargs) if k in defaults}
         miner = kwargs.pop("miner", None)
+        regularizer = (kwargs.pop("regularizer", None), kwargs.pop("regularizer_weight", 1.0))
         sizes = {pml_name: kwargs.pop(ours) for pml_name, ours in context.items()}
         missing = [k for k in required if given.get(k) is None]
         if missing:
             needed = ", ".join(f"--loss-param {k}=..." for k in missing)
             raise ValueError(f"{name} has no default for {', '.join(missing)}; give {needed}")
-        PMLLoss.__init__(self, pml(**given, **sizes), build_miner(miner) if miner else None)
+        known = {**defaults, **given, **sizes}
+        extra = regularizer_arguments(*regularizer, pml, known)
+        PMLLoss.__init__(
+            self, pml(**given, **sizes, **extra), build_miner(miner) if miner else None
+        )
 
     def forward(self, embeddings, labels, indices=None):
         value = PMLLoss.forward(self, embeddings, labels, indices)
@@ -165,7 +175,7 @@ def pml_loss_class(name: str) -> type[PMLLoss]:
     params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     params += [
         inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=v)
-        for k, v in {**defaults, "miner": None}.items()
+        for k, v in {**defaults, **EXTRA}.items()
     ]
     params += [inspect.Parameter(c, inspect.Parameter.KEYWORD_ONLY) for c in set(context.values())]
     __init__.__signature__ = inspect.Signature(params)

@@ -1,7 +1,7 @@
 """Every loss and miner class of the installed pytorch-metric-learning through the generic
 adapter (`pml:ClassName`, issue 46): each trains a small network on glyphs for a few steps with
-a finite loss that moves the embedding; what the adapter derives from each class; the run's
-record; the commands of the issue end to end."""
+a finite loss that moves the embedding; each regularizer adds its term to a loss; what the
+adapter derives from each class; the run's record; the commands of the issue end to end."""
 
 import json
 
@@ -12,12 +12,14 @@ from pytorch_metric_learning.samplers import MPerClassSampler
 from bench.data.glyphs import GlyphSpec, generate
 from losses import build_loss, get_loss_class, is_loss, loss_defaults
 from losses.pml_adapter import NOT_RUNNABLE, loss_classes, pml_loss_names
+from losses.pml_regularizers import regularizer_class, regularizer_names, regularizes_weights
 from miners.registry import NOT_MINERS, get_miner_class, pml_miner_classes, pml_miner_names
 from tests.conftest import cli
 
 # Values for the parameters PML gives no default (a test's, not a recommendation).
 REQUIRED = {"pml:RankedListLoss": {"margin": 0.4, "Tn": 1.0}}
 CLASSES, PER_CLASS, DIMS, STEPS = 8, 4, 8, 3
+GEN = torch.Generator().manual_seed(0)
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,8 @@ def test_each_pml_miner_trains_triplet_with_a_finite_loss(miner, glyphs):
 def test_what_the_adapter_reads_from_each_class():
     arcface = get_loss_class("pml:ArcFaceLoss")  # class weights: random batches, its sizes
     assert not arcface.class_balanced and arcface.normalize_embeddings
-    assert loss_defaults("pml:ArcFaceLoss") == {"margin": 28.6, "scale": 64, "miner": None}
+    adapter = {"miner": None, "regularizer": None, "regularizer_weight": 1.0}
+    assert loss_defaults("pml:ArcFaceLoss") == {"margin": 28.6, "scale": 64, **adapter}
     built = build_loss("pml:ArcFaceLoss", {}, num_train=50, num_classes=5, dims=7)
     assert built.loss.W.shape == (7, 5) and built.loss.W in set(built.parameters())
     tuplet = get_loss_class("pml:TupletMarginLoss")
@@ -118,7 +121,9 @@ def test_the_issues_commands_run_and_record_what_ran(tmp_path):
     (run,) = tmp_path.glob("*-pml-TupletMarginLoss-d8-*")  # a file name without the colon
     config = json.loads((run / "config.json").read_text())
     assert config["loss"] == "pml:TupletMarginLoss"
-    assert config["resolved_loss_params"] == {"margin": 5.73, "scale": 64, "miner": None}
+    assert config["resolved_loss_params"] == {
+        "margin": 5.73, "scale": 64, "miner": None, "regularizer": None, "regularizer_weight": 1.0
+    }  # fmt: skip
     assert "pytorch-metric-learning" in json.dumps(config["versions"])
     out = cli("run", "--loss", "triplet", "--miner", "pml:BatchHardMiner", *data,
               "--results", tmp_path)  # fmt: skip
@@ -126,3 +131,28 @@ def test_the_issues_commands_run_and_record_what_ran(tmp_path):
     assert list(tmp_path.glob("*-triplet-pml-BatchHardMiner-d8-*/metrics.json"))
     bad = cli("run", "--loss", "pml:TupletMarginLos", *data, "--results", tmp_path)
     assert bad.exit_code != 0 and "no such loss class" in bad.output
+
+
+@pytest.mark.parametrize("regularizer", regularizer_names())
+def test_each_pml_regularizer_adds_its_term_to_a_loss(regularizer, glyphs):
+    on_weights = regularizes_weights(regularizer_class(regularizer))
+    loss = "pml:SoftTripleLoss" if on_weights else "pml:ContrastiveLoss"
+    x, labels = glyphs
+    emb = torch.nn.functional.normalize(torch.randn(len(x), DIMS, generator=GEN), dim=1)
+    values = []
+    for params in ({}, {"regularizer": regularizer, "regularizer_weight": 0.5}):
+        torch.manual_seed(0)  # the same class weights
+        built = build_loss(loss, params, num_classes=CLASSES, dims=DIMS)
+        values.append(float(built(emb * 3, labels)))
+    kind = "weight" if on_weights else "embedding"
+    assert getattr(built.loss, f"{kind}_reg_weight") == 0.5
+    assert type(getattr(built.loss, f"{kind}_regularizer")) is regularizer_class(regularizer)
+    assert values[1] >= values[0] and all(torch.isfinite(torch.tensor(values)))
+    assert trained(loss, {"regularizer": regularizer}, glyphs)[1] > 0
+
+
+def test_a_weight_regularizer_of_a_loss_without_weights_is_refused():
+    with pytest.raises(ValueError, match="regularizes a loss's class weights, and ContrastiveLoss"):
+        build_loss("pml:ContrastiveLoss", {"regularizer": "pml:RegularFaceRegularizer"})
+    with pytest.raises(ValueError, match="unknown regularizer 'pml:Nope'"):
+        build_loss("pml:ContrastiveLoss", {"regularizer": "pml:Nope"})

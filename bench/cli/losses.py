@@ -69,6 +69,17 @@ def list_losses():
     click.echo("\n".join(pml_lines()))
 
 
+def regularizers() -> str:
+    """PML's regularizers, those of a loss's class weights marked."""
+    from losses.pml_regularizers import regularizer_class, regularizer_names, regularizes_weights
+
+    weights = " (class weights)"
+    return ", ".join(
+        n + (weights if regularizes_weights(regularizer_class(n)) else "")
+        for n in regularizer_names()
+    )
+
+
 def pml_lines() -> list[str]:
     """The loss and miner classes of the installed PML, each with what it needs and its
     parameters (PML's defaults; None: give it, where PML has no default); those that cannot
@@ -85,6 +96,7 @@ def pml_lines() -> list[str]:
         params = ", ".join(f"{k}={v}" for k, v in loss_defaults(name).items())
         lines.append(f"{name}\n    needs: {needs_text(get_loss_class(name))}\n    {params}")
     lines.append(f"its miners (--miner pml:NAME): {', '.join(pml_miner_names())}")
+    lines.append(f"its regularizers (--regularizer pml:NAME, with a pml: loss): {regularizers()}")
     lines.append("not run here:")
     lines += [f"    {name}: {why}" for name, why in {**NOT_RUNNABLE, **NOT_MINERS}.items()]
     return lines

@@ -30,6 +30,7 @@ def loss_param_option(
 # option -> the loss parameter it sets (--fixed-weights: learn_weights=false).
 ALIASES = {
     "miner": "miner",
+    "regularizer": "regularizer",
     "sigma": "sigma",
     "k": "k",
     "update_interval": "update_interval",
@@ -41,6 +42,8 @@ ALIASES = {
 ALIAS_OPTIONS = (
     click.option("--miner", default=None,
                  help="A miner (see `losses`): triplet's, or pml:ClassName, any of PML's."),
+    click.option("--regularizer", default=None,
+                 help="A pml: loss's regularizer, pml:ClassName (see `losses`)."),
     click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width."),
     click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example."),
     click.option(
