@@ -2,9 +2,11 @@
 gives the loss's value and gradients; the evaluator-at-scale rows measure each evaluator in a
 process of its own."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -298,3 +300,25 @@ def test_a_train_step_pair_that_is_not_backbone_batch_is_refused():
         main, ["speed", "--only", "start", "--train-step", "a:2", "--precisions", "fp8"]
     )
     assert out.exit_code == 1 and "--precisions 'fp8'" in out.output
+
+
+def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):
+    from bench.cli.speed import run_wall_rows
+    from bench.speed.run_wall import run_wall_row
+
+    def invoke(args):  # two runs of 2 and 1 epochs, then a baseline without a history
+        results = Path(args[args.index("--results") + 1])
+        for name, seconds in (("a", [0.5, 0.25]), ("b", [0.25]), ("baseline", None)):
+            (results / name).mkdir(parents=True)
+            if seconds:
+                pd.DataFrame({"epoch": range(1, len(seconds) + 1), "seconds": seconds}).to_csv(
+                    results / name / "history.csv", index=False
+                )
+
+    row = run_wall_row(invoke, ["--dataset", "x"], tmp_path / "r")
+    assert (row["runs"], row["epochs"], row["sum of epochs_s"]) == (2, 3, 1.0)
+    assert row["wall / epochs"] == pytest.approx(row["wall_s"] / 1.0)
+    assert (row["first epoch_s"], row["median epoch_s"]) == (0.5, 0.25)
+    real = run_wall_rows("--dataset glyphs:classes=12,instances=12 --dims 8 --epochs 2 "
+                         "--batch-size 16", "cpu")  # fmt: skip
+    assert real["runs"] == 1 and real["epochs"] == 2 and real["wall / epochs"] > 1

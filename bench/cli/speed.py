@@ -121,12 +121,19 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     help="Precisions of the --train-step rows.",
 )
 @click.option("--train-steps", default=20, show_default=True, type=click.IntRange(2))
+@click.option(
+    "--run-wall",
+    default=None,
+    metavar="'RUN OPTIONS'",
+    help="Also time `run` with these options (e.g. '--dataset glyphs --epochs 30'; --device is "
+    "this command's) against the sum of its epochs, in a temporary folder.",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
     refresh_images, ann_size, scale_sizes, scale_memory, scale_timeout, crossover_items,
-    report_runs, only, train_step, precisions, train_steps, device, threads,
+    report_runs, only, train_step, precisions, train_steps, run_wall, device, threads,
 ):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
     step, the NNGK refresh against an inference pass, approximate (IVF) against exact bank
@@ -212,6 +219,11 @@ def speed(
         runs[name]()
     if step_plan:
         train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop, workers)
+    if run_wall is not None:
+        show(
+            "a run's wall time vs the sum of its epochs (seconds)",
+            [run_wall_rows(run_wall, device)],
+        )
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
@@ -262,6 +274,24 @@ def train_step_rows(
             shutil.rmtree(tmp, ignore_errors=True)
         title = f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch}"
         show(f"{title}, {workers} loader workers)", rows)
+
+
+def run_wall_rows(options: str, device: str) -> dict:
+    """`run OPTIONS --device DEVICE` in this process, timed against its epochs."""
+    import shlex
+    import tempfile
+
+    from bench.cli import main
+    from bench.speed.run_wall import run_wall_row
+
+    def invoke(args: list[str]) -> None:
+        main(["run", *args, "--device", device], standalone_mode=False)
+
+    with tempfile.TemporaryDirectory(prefix="nngk-run-wall-") as tmp:
+        try:
+            return run_wall_row(invoke, shlex.split(options), Path(tmp))
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
 
 
 def report_rows(count: int) -> list[dict]:
