@@ -28,6 +28,7 @@ from losses import (  # noqa: F401
     supcon,
     triplet,
     triplet_nca,
+    tuplet_margin,
 )
 from losses.base import BenchLoss
 from losses.registry import (

@@ -39,6 +39,7 @@ DECLARED = {
     "margin": (True, False, True, None),
     "margin-class-beta": (True, False, True, None),
     "circle": (True, False, True, None),
+    "tuplet-margin": (True, False, True, None),
     # classification / angular
     "normalized-softmax": (False, False, True, None),
     "cosface": (False, False, True, None),
@@ -61,6 +62,7 @@ FAMILY_AND_LR = {
     "margin": ("pair weighting", 1.0),
     "margin-class-beta": ("pair weighting", 1.0),
     "circle": ("pair weighting", 1.0),
+    "tuplet-margin": ("pair weighting", 1.0),
     "normalized-softmax": ("classification", 1.0),
     "cosface": ("classification", 1.0),
     "arcface": ("classification", 1.0),

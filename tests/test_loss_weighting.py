@@ -1,11 +1,12 @@
 """The pair-weighting losses against hand-written loops on a small batch: multi-similarity
 (Wang et al. 2019, Eq. 7) without and with its mining, the margin loss (Wu et al. 2017) with
 one and with per-class learned betas on the triplets its miner drew, the distance-weighted
-miner's draws against Wu et al. 2017's weights, and circle loss (Sun et al. 2020, Eq. 6);
-tests/loss_reference.py."""
+miner's draws against Wu et al. 2017's weights, circle loss (Sun et al. 2020, Eq. 6), and the
+tuplet margin loss (Yu and Tao 2019); tests/loss_reference.py."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 import pytest
@@ -243,6 +244,41 @@ def test_circle_matches_eq6_loop(params):
     x_ref = x0.clone().requires_grad_()
     pos, neg = pairs_of(y)
     ref = circle_reference(similarities(x_ref), pos, neg, args["m"], args["gamma"])
+    (g_ref,) = grad_of(ref, x_ref)
+    close(value, ref)
+    close(g, g_ref)
+
+
+# --------------------------------------------------------------------------------------------
+# Tuplet margin (Yu and Tao 2019)
+# --------------------------------------------------------------------------------------------
+
+
+def tuplet_reference(s, pos, neg, margin_degrees, scale):
+    """For each positive pair (a, p): log(1 + sum over a's negatives n of
+    exp(scale (cos theta_an - cos(theta_ap - beta)))), beta the margin in radians; the mean
+    over every positive pair (an anchor without negatives adds 0 for each of its pairs)."""
+    beta = math.radians(margin_degrees)
+    terms = []
+    for a in pos:
+        for p in pos[a]:
+            eased = torch.cos(torch.acos(s[a, p]) - beta)
+            terms.append(log_one_plus_sum_exp([scale * (s[a, n] - eased) for n in neg[a]]))
+    return sum(terms) / len(terms)
+
+
+@pytest.mark.parametrize("params", [{}, {"margin": 12.0, "scale": 16.0}])
+def test_tuplet_margin_matches_its_loop(params):
+    args = {**losses.loss_defaults("tuplet-margin"), **params}
+    assert losses.loss_defaults("tuplet-margin") == {"margin": 5.73, "scale": 64.0}
+    loss = build("tuplet-margin", params)
+    x0, y = batch(11, LABELS)
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    pos, neg = pairs_of(y)
+    ref = tuplet_reference(similarities(x_ref), pos, neg, args["margin"], args["scale"])
     (g_ref,) = grad_of(ref, x_ref)
     close(value, ref)
     close(g, g_ref)
