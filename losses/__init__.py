@@ -1,6 +1,7 @@
 """The harness's losses, one file each, registered by name."""
 
 from losses import (  # noqa: F401
+    angular,
     arcface,
     bce_pair,
     circle,

@@ -1,8 +1,11 @@
 """The ranking and contrastive losses against hand-written loops on a small batch: FastAP
 (Cakir et al. 2019), the SNR contrastive loss (Yuan et al. 2019), NT-Xent with labels (Sohn
-2016 / Chen et al. 2020) and SupCon (Khosla et al. 2020, Eq. 2); tests/loss_reference.py."""
+2016 / Chen et al. 2020), SupCon (Khosla et al. 2020, Eq. 2) and the angular loss (Wang et al.
+2017); tests/loss_reference.py."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
@@ -13,6 +16,7 @@ from tests.loss_reference import (
     close,
     dot,
     grad_of,
+    log_one_plus_sum_exp,
     log_sum_exp,
     mean_nonzero,
     sq_dist,
@@ -186,3 +190,32 @@ def test_contrastive_softmax_losses_match_loops(name, reference, default, temper
     assert losses.loss_defaults(name) == {"temperature": default}
     params = {} if temperature is None else {"temperature": temperature}
     check(name, params, reference, temperature or default)
+
+
+def angular_reference(x, y, alpha_degrees):
+    """For each positive pair (a, p) of unit embeddings: log(1 + sum over a's negatives n of
+    exp(4 tan^2(alpha) (x_a + x_p).x_n - 2 (1 + tan^2(alpha)) x_a.x_p)); the mean over the
+    positive pairs."""
+    u, t2 = unit_rows(x), math.tan(math.radians(alpha_degrees)) ** 2
+    terms = []
+    for a in range(len(u)):
+        for p in others(y, a, same=True):
+            together = [ua + up for ua, up in zip(u[a], u[p], strict=True)]
+            f = [4 * t2 * dot(together, u[n]) - 2 * (1 + t2) * dot(u[a], u[p])
+                 for n in others(y, a, same=False)]  # fmt: skip
+            terms.append(log_one_plus_sum_exp(f))
+    return sum(terms) / len(terms)
+
+
+@pytest.mark.parametrize("alpha", [40.0, 50.0])
+def test_angular_matches_its_loop_on_the_sphere(alpha):
+    assert losses.loss_defaults("angular") == {"alpha": 40.0}
+    check("angular", {"alpha": alpha}, angular_reference, alpha)
+
+
+def test_angular_takes_the_negatives_on_the_sphere_too():
+    """PML normalises only the anchor and the positive: scaling the embeddings changed its
+    value; the registered loss gives the same for any scale, as the paper's formula does."""
+    loss = losses.build_loss("angular", {})
+    x, y = batch(3, LABELS)
+    close(loss(3 * x, y), loss(x, y))

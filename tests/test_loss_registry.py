@@ -40,6 +40,7 @@ DECLARED = {
     "margin-class-beta": (True, False, True, None),
     "circle": (True, False, True, None),
     "tuplet-margin": (True, False, True, None),
+    "angular": (True, False, True, None),
     # classification / angular
     "normalized-softmax": (False, False, True, None),
     "cosface": (False, False, True, None),
@@ -71,6 +72,7 @@ FAMILY_AND_LR = {
     "snr": ("ranking", 1.0),
     "ntxent": ("ranking", 1.0),
     "supcon": ("ranking", 1.0),
+    "angular": ("ranking", 1.0),
 }
 
 
