@@ -1,6 +1,12 @@
 """Triplet miners, one file each, registered by name."""
 
-from miners import all_triplets, centroid_hard_negative, easy_positive, semihard  # noqa: F401
+from miners import (  # noqa: F401
+    all_triplets,
+    batch_hard,
+    centroid_hard_negative,
+    easy_positive,
+    semihard,
+)
 from miners.registry import MINERS, build_miner, get_miner_class, miner_names, pml_miner_names
 
 __all__ = ["MINERS", "build_miner", "get_miner_class", "miner_names", "pml_miner_names"]

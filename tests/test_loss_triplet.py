@@ -1,5 +1,6 @@
 """The triplet loss against a hand-written loop over triplets on a small batch: with every
-triplet, and with the semihard miner at the loss's own margin (tests/loss_reference.py)."""
+triplet, and with the semihard miner at the loss's own margin; the batch-hard miner (Hermans
+et al. 2017) by a loop (tests/loss_reference.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 
 import losses
+import miners
 from tests.loss_reference import batch, close, dist_table, grad_of, mean_nonzero, unit_rows, val
 
 
@@ -80,3 +82,27 @@ def test_triplet_semihard_uses_the_loss_margin(margin):
         # Had the miner kept PML's default margin (0.2), the value would differ.
         wrong, _ = triplet_reference(x0, y, margin, semihard_margin=0.2)
         assert abs(val(wrong) - val(ref)) > 1e-3
+
+
+def test_batch_hard_mines_each_anchors_farthest_positive_and_closest_negative():
+    """Hermans et al. 2017's batch hard, by a loop over a batch with a singleton class (its
+    anchor has no positive, so no triplet); then triplet with it against the loop's triplets."""
+    labels = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 3])
+    x, _ = batch(21, labels.tolist())
+    dist = dist_table(unit_rows(x))
+    y = labels.tolist()
+    expected = []
+    for a in range(len(y)):
+        pos = [p for p in range(len(y)) if p != a and y[p] == y[a]]
+        neg = [q for q in range(len(y)) if y[q] != y[a]]
+        if pos:
+            expected.append((a, max(pos, key=lambda p: val(dist[a, p])),
+                             min(neg, key=lambda q: val(dist[a, q]))))  # fmt: skip
+    anchors, positives, anchors_again, negatives = miners.build_miner("batch-hard")(x, labels)
+    assert anchors.tolist() == anchors_again.tolist()
+    found = zip(anchors.tolist(), positives.tolist(), negatives.tolist(), strict=True)
+    assert sorted(found) == expected
+    loss = losses.build_loss("triplet", {"miner": "batch-hard", "margin": 0.3})
+    value = loss(x, labels)
+    terms = [torch.clamp(dist[a, p] - dist[a, q] + 0.3, min=0) for a, p, q in expected]
+    close(value, mean_nonzero(terms))
