@@ -23,6 +23,7 @@ import torch
 from pytorch_metric_learning import losses as pml_losses
 from torch import nn
 
+from bench.util.registry import exported_classes, prefixed_class
 from losses.base import PMLLoss
 from losses.pml_regularizers import regularizer_arguments
 from miners import build_miner
@@ -64,30 +65,19 @@ def pml_loss_names() -> list[str]:
 
 
 def loss_classes() -> dict[str, type]:
-    """The loss classes PML's loss module exports, by name."""
-    base = pml_losses.BaseMetricLossFunction
-    found = {n: getattr(pml_losses, n) for n in dir(pml_losses) if not n.startswith("_")}
+    """The loss classes PML's loss module exports (the wrappers too), by name."""
     return {
         n: c
-        for n, c in sorted(found.items())
-        if inspect.isclass(c)
-        and issubclass(c, nn.Module)
-        and (issubclass(c, base) or n in NOT_RUNNABLE)
+        for n, c in exported_classes(pml_losses, nn.Module).items()
+        if issubclass(c, pml_losses.BaseMetricLossFunction) or n in NOT_RUNNABLE
     }
 
 
 def pml_class(name: str) -> type:
     """PML's loss class of `pml:Name`; a ValueError naming the runnable ones otherwise."""
-    short = name[len(PREFIX) :]
-    if short in NOT_RUNNABLE:
-        raise ValueError(f"--loss {name}: {NOT_RUNNABLE[short]}; it cannot be run here")
-    found = loss_classes().get(short)
-    if found is None:
-        raise ValueError(
-            f"unknown loss {name!r}: pytorch-metric-learning {pytorch_metric_learning.__version__} "
-            f"has no such loss class; it has: {', '.join(pml_loss_names())}"
-        )
-    return found
+    version = pytorch_metric_learning.__version__
+    choices = f"one of pytorch-metric-learning {version}'s: {', '.join(pml_loss_names())}"
+    return prefixed_class("loss", name, loss_classes(), NOT_RUNNABLE, choices)
 
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:

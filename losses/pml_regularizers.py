@@ -13,19 +13,15 @@ from typing import Any
 from pytorch_metric_learning import regularizers
 from pytorch_metric_learning.losses.mixins import WeightRegularizerMixin
 
+from bench.util.registry import exported_classes, prefixed_class
+
 PREFIX = "pml:"
 
 
 def regularizer_classes() -> dict[str, type]:
     """PML's regularizer classes by name, its base class left out."""
-    found = {n: getattr(regularizers, n) for n in dir(regularizers) if not n.startswith("_")}
-    return {
-        n: c
-        for n, c in sorted(found.items())
-        if inspect.isclass(c)
-        and issubclass(c, regularizers.BaseRegularizer)
-        and c is not regularizers.BaseRegularizer
-    }
+    found = exported_classes(regularizers, regularizers.BaseRegularizer)
+    return {n: c for n, c in found.items() if c is not regularizers.BaseRegularizer}
 
 
 def regularizer_names() -> list[str]:
@@ -38,13 +34,8 @@ def regularizes_weights(cls: type) -> bool:
 
 
 def regularizer_class(name: str) -> type:
-    found = regularizer_classes().get(name[len(PREFIX) :]) if name.startswith(PREFIX) else None
-    if found is None:
-        raise ValueError(
-            f"unknown regularizer {name!r}; expected one of pytorch-metric-learning's: "
-            f"{', '.join(regularizer_names())}"
-        )
-    return found
+    choices = f"one of pytorch-metric-learning's: {', '.join(regularizer_names())}"
+    return prefixed_class("regularizer", name, regularizer_classes(), {}, choices)
 
 
 def regularizer_arguments(

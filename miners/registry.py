@@ -7,7 +7,7 @@ import inspect
 
 from torch import nn
 
-from bench.util.registry import Registry
+from bench.util.registry import Registry, exported_classes, prefixed_class
 
 MINERS = Registry("miner")
 register_miner = MINERS.register
@@ -26,12 +26,7 @@ def pml_miner_classes() -> dict[str, type]:
     """The miner classes PML's miner module exports, by name, those that mine nothing too."""
     from pytorch_metric_learning import miners
 
-    found = {n: getattr(miners, n) for n in dir(miners) if not n.startswith("_")}
-    return {
-        n: c
-        for n, c in sorted(found.items())
-        if inspect.isclass(c) and issubclass(c, miners.BaseMiner)
-    }
+    return exported_classes(miners, miners.BaseMiner)
 
 
 def pml_miner_names() -> list[str]:
@@ -43,16 +38,9 @@ def get_miner_class(name: str) -> type:
     """A registered miner, or PML's miner class of `pml:Name`; a ValueError naming them."""
     if not name.startswith(PREFIX):
         return MINERS.get_class(name)
-    short = name[len(PREFIX) :]
-    if short in NOT_MINERS:
-        raise ValueError(f"miner {name}: {NOT_MINERS[short]}; it cannot be run here")
-    found = pml_miner_classes().get(short)
-    if found is None:
-        raise ValueError(
-            f"unknown miner {name!r}; expected a registered one ({', '.join(miner_names())}) "
-            f"or one of pytorch-metric-learning's: {', '.join(pml_miner_names())}"
-        )
-    return found
+    registered = f"a registered one ({', '.join(miner_names())})"
+    choices = f"{registered} or one of pytorch-metric-learning's: {', '.join(pml_miner_names())}"
+    return prefixed_class("miner", name, pml_miner_classes(), NOT_MINERS, choices)
 
 
 def build_miner(name: str, margin: float | None = None) -> nn.Module:

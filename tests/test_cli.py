@@ -163,7 +163,7 @@ def test_every_loss_runs_end_to_end(args, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--loss", "hinge"], "unknown loss 'hinge'; expected a loss (arcface, bce-pair, circle"),
+        (["--loss", "hinge"], "unknown loss 'hinge'; expected a loss (angular, arcface, bce-pair"),
         (["--loss", "triplet", "--miner", "hardest"], "unknown miner 'hardest'; expected one of"),
         (["--dataset", "mnist"], "unknown data set 'mnist'; expected one of: digits"),
         (["--dims", "64,abc"], "bad --dims '64,abc'; expected comma-separated positive integers"),
@@ -202,8 +202,8 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
     )
     assert proc.returncode != 0
     assert proc.stderr.strip().splitlines() == [
-        f"Error: unknown loss 'nope'; expected a loss ({', '.join(sorted(losses.loss_names()))})"
-        " or a set (paper, realitycheck, all)"
+        f"Error: unknown loss 'nope'; expected a loss ({', '.join(sorted(losses.loss_names()))}),"
+        " pml:ClassName (pytorch-metric-learning's) or a set (paper, realitycheck, all)"
     ]
 
 

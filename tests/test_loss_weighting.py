@@ -234,16 +234,20 @@ def circle_reference(s, pos, neg, m, gamma):
 
 @pytest.mark.parametrize("params", [{}, {"m": 0.25, "gamma": 16.0}])
 def test_circle_matches_eq6_loop(params):
-    args = {**losses.loss_defaults("circle"), **params}
     assert losses.loss_defaults("circle") == {"m": 0.4, "gamma": 80.0}
-    loss = build("circle", params)
-    x0, y = batch(10, LABELS)
+    args = {**losses.loss_defaults("circle"), **params}
+    matches_pair_loop("circle", params, 10, circle_reference, args["m"], args["gamma"])
+
+
+def matches_pair_loop(name, params, seed, reference, *args):
+    """The loss's value and gradient against `reference(similarities, positives, negatives,
+    *args)` on the batch of `seed`."""
+    x0, y = batch(seed, LABELS)
     x = x0.clone().requires_grad_()
-    value = loss(x, y)
+    value = build(name, params)(x, y)
     (g,) = grad_of(value, x)
     x_ref = x0.clone().requires_grad_()
-    pos, neg = pairs_of(y)
-    ref = circle_reference(similarities(x_ref), pos, neg, args["m"], args["gamma"])
+    ref = reference(similarities(x_ref), *pairs_of(y), *args)
     (g_ref,) = grad_of(ref, x_ref)
     close(value, ref)
     close(g, g_ref)
@@ -269,16 +273,6 @@ def tuplet_reference(s, pos, neg, margin_degrees, scale):
 
 @pytest.mark.parametrize("params", [{}, {"margin": 12.0, "scale": 16.0}])
 def test_tuplet_margin_matches_its_loop(params):
-    args = {**losses.loss_defaults("tuplet-margin"), **params}
     assert losses.loss_defaults("tuplet-margin") == {"margin": 5.73, "scale": 64.0}
-    loss = build("tuplet-margin", params)
-    x0, y = batch(11, LABELS)
-    x = x0.clone().requires_grad_()
-    value = loss(x, y)
-    (g,) = grad_of(value, x)
-    x_ref = x0.clone().requires_grad_()
-    pos, neg = pairs_of(y)
-    ref = tuplet_reference(similarities(x_ref), pos, neg, args["margin"], args["scale"])
-    (g_ref,) = grad_of(ref, x_ref)
-    close(value, ref)
-    close(g, g_ref)
+    args = {**losses.loss_defaults("tuplet-margin"), **params}
+    matches_pair_loop("tuplet-margin", params, 11, tuplet_reference, args["margin"], args["scale"])

@@ -48,7 +48,7 @@ def test_a_list_of_losses_runs_each_at_its_defaults(planned):  # noqa: F811
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--losses", "paper,nope"], "unknown loss 'nope'; expected a loss (arcface, "),
+        (["--losses", "paper,nope"], "unknown loss 'nope'; expected a loss (angular, arcface, "),
         (["--losses", "paper,nope"], "or a set (paper, realitycheck, all)"),
         (["--losses", "realitycheck", "--preset", "liu2019"], "--preset liu2019 runs its own"),
     ],

@@ -118,7 +118,7 @@ def check_loss_name(name: str, sets: bool = False) -> None:
     also = f" or a set ({set_list()})" if sets else ""
     raise ValueError(
         f"unknown loss {name!r}{did_you_mean(name, choices)}; expected a loss "
-        f"({', '.join(known)}){also}"
+        f"({', '.join(known)}), pml:ClassName (pytorch-metric-learning's){also}"
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from inspect import isclass
+
 from bench.util.errors import did_you_mean
 
 
@@ -43,3 +45,23 @@ class Registry(dict):
                 f"one of: {', '.join(self.names())}"
             )
         return self[name]
+
+
+def exported_classes(module: object, base: type) -> dict[str, type]:
+    """The classes `module` exports (names without a leading underscore) that subclass
+    `base`, by name, sorted: a library's losses, miners or regularizers."""
+    found = {n: getattr(module, n) for n in dir(module) if not n.startswith("_")}
+    return {n: c for n, c in sorted(found.items()) if isclass(c) and issubclass(c, base)}
+
+
+def prefixed_class(
+    kind: str, name: str, classes: dict[str, type], refused: dict[str, str], choices: str
+) -> type:
+    """The class of `classes` that `name` ('pml:Name') names; a one-line ValueError for one in
+    `refused` (with the reason) or for none, naming the `choices`."""
+    short = name.partition(":")[2]
+    if short in refused:
+        raise ValueError(f"{kind} {name}: {refused[short]}; it cannot be run here")
+    if short not in classes:
+        raise ValueError(f"unknown {kind} {name!r}: no such {kind} class; expected {choices}")
+    return classes[short]
