@@ -128,8 +128,17 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     # Both baselines' tests; the run's untrained network's test (MAP@R at init), its epoch's
     # validation, its test and its training split.
     assert searched == [torch.device("cpu")] * 6
+    # The same embeddings, searched by faiss and by torch: the same metrics but for near-ties,
+    # two items whose float32 distances the two products round apart in the last bit, which
+    # may come in either order (docs/metrics.md). One such swap moves one query's AP@R, and
+    # so MAP@R by at most 1 / 120 test queries; a run on CI moved it by 2.7e-5.
     for folder in (tmp_path / "faiss").iterdir():
         ours = json.loads((tmp_path / "torch" / folder.name / "metrics.json").read_text())
         theirs = json.loads((folder / "metrics.json").read_text())
         for key in ("recall@1", "recall@8", "map@r", "nmi", "train_map@r"):
-            assert ours.get(key) == pytest.approx(theirs.get(key), abs=1e-6), (folder, key)
+            assert ours.get(key) == pytest.approx(theirs.get(key), abs=2e-3), (folder, key)
+        if (folder / "test_embeddings.npz").is_file():
+            mine = np.load(tmp_path / "torch" / folder.name / "test_embeddings.npz")
+            assert np.array_equal(
+                mine["embeddings"], np.load(folder / "test_embeddings.npz")["embeddings"]
+            )
