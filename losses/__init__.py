@@ -10,6 +10,7 @@ from losses import (  # noqa: F401
     contrastive_squared,
     cosface,
     fastap,
+    generalized_lifted,
     lifted,
     margin,
     margin_class_beta,

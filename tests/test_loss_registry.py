@@ -40,6 +40,7 @@ DECLARED = {
     "margin-class-beta": (True, False, True, None),
     "circle": (True, False, True, None),
     "tuplet-margin": (True, False, True, None),
+    "generalized-lifted": (True, False, True, None),
     "angular": (True, False, True, None),
     # classification / angular
     "normalized-softmax": (False, False, True, None),
@@ -64,6 +65,7 @@ FAMILY_AND_LR = {
     "margin-class-beta": ("pair weighting", 1.0),
     "circle": ("pair weighting", 1.0),
     "tuplet-margin": ("pair weighting", 1.0),
+    "generalized-lifted": ("pair weighting", 1.0),
     "normalized-softmax": ("classification", 1.0),
     "cosface": ("classification", 1.0),
     "arcface": ("classification", 1.0),

@@ -1,8 +1,9 @@
 """The pair-weighting losses against hand-written loops on a small batch: multi-similarity
 (Wang et al. 2019, Eq. 7) without and with its mining, the margin loss (Wu et al. 2017) with
 one and with per-class learned betas on the triplets its miner drew, the distance-weighted
-miner's draws against Wu et al. 2017's weights, circle loss (Sun et al. 2020, Eq. 6), and the
-tuplet margin loss (Yu and Tao 2019); tests/loss_reference.py."""
+miner's draws against Wu et al. 2017's weights, circle loss (Sun et al. 2020, Eq. 6), the
+tuplet margin loss (Yu and Tao 2019) and the generalised lifted structure loss (Hermans et al.
+2017); tests/loss_reference.py."""
 
 from __future__ import annotations
 
@@ -276,3 +277,32 @@ def test_tuplet_margin_matches_its_loop(params):
     assert losses.loss_defaults("tuplet-margin") == {"margin": 5.73, "scale": 64.0}
     args = {**losses.loss_defaults("tuplet-margin"), **params}
     matches_pair_loop("tuplet-margin", params, 11, tuplet_reference, args["margin"], args["scale"])
+
+
+# --------------------------------------------------------------------------------------------
+# Generalised lifted structure (Hermans et al. 2017)
+# --------------------------------------------------------------------------------------------
+
+
+def generalized_lifted_reference(s, pos, neg, neg_margin, pos_margin):
+    """For each anchor: relu(log sum over positives of exp(d_ap - pos_margin) + log sum over
+    negatives of exp(neg_margin - d_an)), a sum over no pair counted as 0 (PML's); the mean
+    over every anchor. Euclidean distances of unit vectors, sqrt(2 - 2 cos)."""
+
+    def d(i, j):
+        return torch.sqrt(torch.clamp(2 - 2 * s[i, j], min=0))
+
+    terms = []
+    for a in pos:
+        lp = log_sum_exp([d(a, p) - pos_margin for p in pos[a]]) if pos[a] else 0.0
+        ln = log_sum_exp([neg_margin - d(a, n) for n in neg[a]]) if neg[a] else 0.0
+        terms.append(torch.clamp(lp + ln, min=0))
+    return sum(terms) / len(terms)
+
+
+@pytest.mark.parametrize("params", [{}, {"neg_margin": 0.5, "pos_margin": 0.1}])
+def test_generalized_lifted_matches_its_loop(params):
+    assert losses.loss_defaults("generalized-lifted") == {"neg_margin": 1.0, "pos_margin": 0.0}
+    args = {**losses.loss_defaults("generalized-lifted"), **params}
+    reference, margins = generalized_lifted_reference, (args["neg_margin"], args["pos_margin"])
+    matches_pair_loop("generalized-lifted", params, 12, reference, *margins)

@@ -1,0 +1,30 @@
+from pytorch_metric_learning.losses import (
+    GeneralizedLiftedStructureLoss as PMLGeneralizedLiftedStructureLoss,
+)
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+
+@register_loss("generalized-lifted")
+class GeneralizedLiftedStructureLoss(PMLLoss):
+    """Hermans et al. 2017's generalised lifted structure loss: for each anchor, the hinge
+    (at 0) of log(sum over its positives of exp(d_ap - pos_margin)) + log(sum over its
+    negatives of exp(neg_margin - d_an)), on Euclidean distances of L2-normalised embeddings;
+    the mean over the batch's anchors (PML's GeneralizedLiftedStructureLoss)."""
+
+    sources = {
+        "neg_margin": "PML's default (1), with its documentation of Hermans et al. 2017's loss",
+        "pos_margin": "PML's default (0)",
+    }
+    search_space = {"neg_margin": ("float", 0.2, 1.5)}
+
+    class_balanced = True
+    memory_ok = True
+    normalize_embeddings = True  # PML's LpDistance normalises them
+    family = "pair weighting"
+
+    def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0):
+        super().__init__(
+            PMLGeneralizedLiftedStructureLoss(neg_margin=neg_margin, pos_margin=pos_margin)
+        )
