@@ -11,6 +11,7 @@ from losses import (  # noqa: F401
     cosface,
     fastap,
     generalized_lifted,
+    intra_pair_variance,
     lifted,
     margin,
     margin_class_beta,

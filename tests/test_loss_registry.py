@@ -41,6 +41,7 @@ DECLARED = {
     "circle": (True, False, True, None),
     "tuplet-margin": (True, False, True, None),
     "generalized-lifted": (True, False, True, None),
+    "intra-pair-variance": (True, False, True, None),
     "angular": (True, False, True, None),
     # classification / angular
     "normalized-softmax": (False, False, True, None),
@@ -66,6 +67,7 @@ FAMILY_AND_LR = {
     "circle": ("pair weighting", 1.0),
     "tuplet-margin": ("pair weighting", 1.0),
     "generalized-lifted": ("pair weighting", 1.0),
+    "intra-pair-variance": ("pair weighting", 1.0),
     "normalized-softmax": ("classification", 1.0),
     "cosface": ("classification", 1.0),
     "arcface": ("classification", 1.0),

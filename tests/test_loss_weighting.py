@@ -2,8 +2,8 @@
 (Wang et al. 2019, Eq. 7) without and with its mining, the margin loss (Wu et al. 2017) with
 one and with per-class learned betas on the triplets its miner drew, the distance-weighted
 miner's draws against Wu et al. 2017's weights, circle loss (Sun et al. 2020, Eq. 6), the
-tuplet margin loss (Yu and Tao 2019) and the generalised lifted structure loss (Hermans et al.
-2017); tests/loss_reference.py."""
+tuplet margin and intra-pair variance losses (Yu and Tao 2019) and the generalised lifted
+structure loss (Hermans et al. 2017); tests/loss_reference.py."""
 
 from __future__ import annotations
 
@@ -306,3 +306,29 @@ def test_generalized_lifted_matches_its_loop(params):
     args = {**losses.loss_defaults("generalized-lifted"), **params}
     reference, margins = generalized_lifted_reference, (args["neg_margin"], args["pos_margin"])
     matches_pair_loop("generalized-lifted", params, 12, reference, *margins)
+
+
+# --------------------------------------------------------------------------------------------
+# Intra-pair variance (Yu and Tao 2019)
+# --------------------------------------------------------------------------------------------
+
+
+def intra_pair_variance_reference(s, pos, neg, pos_eps, neg_eps):
+    """relu((1 - pos_eps) mean_pos - s_ap)^2 averaged over the positive pairs, plus
+    relu(s_an - (1 + neg_eps) mean_neg)^2 averaged over the negative pairs; each mean over
+    the ordered pairs of the batch; the means are not detached, so they take part in the
+    gradient, as in PML."""
+    ps = [s[a, p] for a in pos for p in pos[a]]
+    ns = [s[a, n] for a in neg for n in neg[a]]
+    mean_pos, mean_neg = sum(ps) / len(ps), sum(ns) / len(ns)
+    pos_loss = sum(torch.clamp((1 - pos_eps) * mean_pos - v, min=0) ** 2 for v in ps) / len(ps)
+    neg_loss = sum(torch.clamp(v - (1 + neg_eps) * mean_neg, min=0) ** 2 for v in ns) / len(ns)
+    return pos_loss + neg_loss
+
+
+@pytest.mark.parametrize("params", [{}, {"pos_eps": 0.05, "neg_eps": 0.002}])
+def test_intra_pair_variance_matches_its_loop(params):
+    assert losses.loss_defaults("intra-pair-variance") == {"pos_eps": 0.01, "neg_eps": 0.01}
+    args = {**losses.loss_defaults("intra-pair-variance"), **params}
+    eps = (args["pos_eps"], args["neg_eps"])
+    matches_pair_loop("intra-pair-variance", params, 13, intra_pair_variance_reference, *eps)
