@@ -144,15 +144,14 @@ def pml_loss_class(name: str) -> type[PMLLoss]:
 
     def __init__(self, **kwargs: Any) -> None:
         given = {k: kwargs.pop(k) for k in list(kwargs) if k in defaults}
-        miner = kwargs.pop("miner", None)
-        regularizer = (kwargs.pop("regularizer", None), kwargs.pop("regularizer_weight", 1.0))
+        miner, regularizer, weight = (kwargs.pop(k, v) for k, v in EXTRA.items())
         sizes = {pml_name: kwargs.pop(ours) for pml_name, ours in context.items()}
         missing = [k for k in required if given.get(k) is None]
         if missing:
             needed = ", ".join(f"--loss-param {k}=..." for k in missing)
             raise ValueError(f"{name} has no default for {', '.join(missing)}; give {needed}")
         known = {**defaults, **given, **sizes}
-        extra = regularizer_arguments(*regularizer, pml, known)
+        extra = regularizer_arguments(regularizer, weight, pml, known)
         PMLLoss.__init__(
             self, pml(**given, **sizes, **extra), build_miner(miner) if miner else None
         )
