@@ -98,7 +98,9 @@ def mine(name: str, margin: float, x, labels) -> list[tuple[int, int, int]]:
 
 
 def test_miner_names():
-    assert miner_names() == ["all", "centroid-hard-negative", "easy-positive", "semihard"]
+    assert miner_names() == [
+        "all", "batch-hard", "centroid-hard-negative", "easy-positive", "semihard"
+    ]  # fmt: skip
 
 
 def test_unknown_miner_lists_valid_names():
