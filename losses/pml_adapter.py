@@ -23,12 +23,11 @@ import torch
 from pytorch_metric_learning import losses as pml_losses
 from torch import nn
 
-from bench.util.registry import exported_classes, prefixed_class
+from bench.util.registry import PML_PREFIX, exported_classes, prefixed_class
 from losses.base import PMLLoss
 from losses.pml_regularizers import regularizer_arguments
 from miners import build_miner
 
-PREFIX = "pml:"
 # PML's names for the run's sizes -> the context the trainer passes (losses/registry.py).
 CONTEXT = {
     "num_classes": "num_classes",
@@ -56,12 +55,12 @@ EXTRA = {"miner": None, "regularizer": None, "regularizer_weight": 1.0}
 
 
 def is_pml_name(name: str) -> bool:
-    return name.startswith(PREFIX)
+    return name.startswith(PML_PREFIX)
 
 
 def pml_loss_names() -> list[str]:
     """`pml:Name` of every loss class of the installed PML that a labelled batch can train."""
-    return [PREFIX + name for name in loss_classes() if name not in NOT_RUNNABLE]
+    return [PML_PREFIX + name for name in loss_classes() if name not in NOT_RUNNABLE]
 
 
 def loss_classes() -> dict[str, type]:

@@ -13,9 +13,7 @@ from typing import Any
 from pytorch_metric_learning import regularizers
 from pytorch_metric_learning.losses.mixins import WeightRegularizerMixin
 
-from bench.util.registry import exported_classes, prefixed_class
-
-PREFIX = "pml:"
+from bench.util.registry import PML_PREFIX, exported_classes, prefixed_class
 
 
 def regularizer_classes() -> dict[str, type]:
@@ -25,7 +23,7 @@ def regularizer_classes() -> dict[str, type]:
 
 
 def regularizer_names() -> list[str]:
-    return [PREFIX + n for n in regularizer_classes()]
+    return [PML_PREFIX + n for n in regularizer_classes()]
 
 
 def regularizes_weights(cls: type) -> bool:
@@ -50,7 +48,7 @@ def regularizer_arguments(
     cls = regularizer_class(name)
     on_weights = regularizes_weights(cls)
     if on_weights and not issubclass(loss, WeightRegularizerMixin):
-        embedding_ones = [PREFIX + n for n, c in regularizer_classes().items()
+        embedding_ones = [PML_PREFIX + n for n, c in regularizer_classes().items()
                           if not regularizes_weights(c)]  # fmt: skip
         raise ValueError(
             f"--regularizer {name} regularizes a loss's class weights, and {loss.__name__} has "

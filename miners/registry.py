@@ -7,13 +7,12 @@ import inspect
 
 from torch import nn
 
-from bench.util.registry import Registry, exported_classes, prefixed_class
+from bench.util.registry import PML_PREFIX, Registry, exported_classes, prefixed_class
 
 MINERS = Registry("miner")
 register_miner = MINERS.register
 miner_names = MINERS.names
 
-PREFIX = "pml:"
 # Classes of PML's miner module that mine nothing in a labelled batch, with the reason.
 NOT_MINERS = {
     "BaseMiner": "the base class of PML's miners",
@@ -31,12 +30,12 @@ def pml_miner_classes() -> dict[str, type]:
 
 def pml_miner_names() -> list[str]:
     """`pml:Name` of every miner class of the installed PML that mines a labelled batch."""
-    return [PREFIX + n for n in pml_miner_classes() if n not in NOT_MINERS]
+    return [PML_PREFIX + n for n in pml_miner_classes() if n not in NOT_MINERS]
 
 
 def get_miner_class(name: str) -> type:
     """A registered miner, or PML's miner class of `pml:Name`; a ValueError naming them."""
-    if not name.startswith(PREFIX):
+    if not name.startswith(PML_PREFIX):
         return MINERS.get_class(name)
     registered = f"a registered one ({', '.join(miner_names())})"
     choices = f"{registered} or one of pytorch-metric-learning's: {', '.join(pml_miner_names())}"

@@ -11,6 +11,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from bench.util.errors import did_you_mean
+from bench.util.registry import PML_PREFIX
 
 # The seven core losses, triplet with each miner: the suite that CI and reports/ run.
 PAPER = (
@@ -42,7 +43,6 @@ REALITY_CHECK = (
     ("soft-triple", {}),
 )
 LOSS_SETS = ("paper", "realitycheck", "all")
-PML_PREFIX = "pml:"  # losses.pml_adapter.PREFIX, spelled here so that a typo needs no torch
 LOSS_HELP = (
     "A loss (`nngk-bench losses`), a comma-separated list of them (nngk,contrastive), or a "
     "set: paper (NNGK and the source papers' losses, triplet with each miner), realitycheck "

@@ -6,6 +6,10 @@ from inspect import isclass
 
 from bench.util.errors import did_you_mean
 
+# How a name says it is pytorch-metric-learning's class (`pml:TupletMarginLoss`), for its
+# losses, miners and regularizers alike; here, below them all and without torch.
+PML_PREFIX = "pml:"
+
 
 def qualified_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
