@@ -99,7 +99,7 @@ def mine(name: str, margin: float, x, labels) -> list[tuple[int, int, int]]:
 
 def test_miner_names():
     assert miner_names() == [
-        "all", "batch-hard", "centroid-hard-negative", "easy-positive", "semihard"
+        "all", "batch-hard", "centroid-hard-negative", "easy-positive", "hdc", "semihard"
     ]  # fmt: skip
 
 
