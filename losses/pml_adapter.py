@@ -45,6 +45,13 @@ NOT_RUNNABLE = {
     "MultipleLosses": "a weighted sum of other losses",
     "ManifoldLoss": "it takes no labels (each batch gets random meta-classes), so it would "
     "train nothing of a labelled batch's classes",
+    "InstanceLoss": "its target for each example is its label's rank among the batch's labels, "
+    "read as a batch column: right only when the batch's first K examples carry the K labels "
+    "in order; on class-balanced batches about 9 in 10 target another class (`--loss "
+    "instance` is the loss on the harness's batches)",
+    "SmoothAPLoss": "PML 2.9 takes consecutive blocks of the batch for its classes, right "
+    "only when a batch has as many classes as examples of each (`--loss smooth-ap` lays the "
+    "batch out for it)",
     "VICRegLoss": "self-supervised: it compares each embedding with one of another view of the "
     "same image (ref_emb), which a labelled batch does not give",
 }

@@ -48,11 +48,18 @@ DECLARED = {
     "cosface": (False, False, True, None),
     "arcface": (False, False, True, None),
     "subcenter-arcface": (False, False, True, None),
+    "large-margin-softmax": (False, False, False, None),
+    "sphereface": (False, False, True, None),
+    "instance": (True, False, True, None),
     # ranking / contrastive
     "fastap": (True, False, True, None),
     "snr": (True, False, True, None),
     "ntxent": (True, False, True, None),
     "supcon": (True, False, True, None),
+    "ranked-list": (True, False, True, None),
+    "pnp": (True, False, True, None),
+    "histogram": (True, False, True, None),
+    "smooth-ap": (True, False, True, None),
 }
 # The report's family and the learning-rate multiple of their own parameters, of the losses
 # that are not the source papers' (those are "paper" at 1x).
@@ -77,6 +84,13 @@ FAMILY_AND_LR = {
     "ntxent": ("ranking", 1.0),
     "supcon": ("ranking", 1.0),
     "angular": ("ranking", 1.0),
+    "ranked-list": ("ranking", 1.0),
+    "pnp": ("ranking", 1.0),
+    "histogram": ("ranking", 1.0),
+    "smooth-ap": ("ranking", 1.0),
+    "large-margin-softmax": ("classification", 1.0),
+    "sphereface": ("classification", 1.0),
+    "instance": ("classification", 1.0),
 }
 
 

@@ -1,0 +1,35 @@
+from pytorch_metric_learning.losses import LargeMarginSoftmaxLoss as PMLLargeMarginSoftmaxLoss
+
+from losses.base import PMLLoss
+from losses.registry import register_loss
+
+# The margin m is an integer multiple of the angle; papers and PML train with m <= 4.
+MARGIN_SPACE = ("int", 2, 4)
+SCALE_SPACE = ("log", 0.25, 16.0)
+
+
+@register_loss("large-margin-softmax")
+class LargeMarginSoftmaxLoss(PMLLoss):
+    """Liu et al. 2016 (L-Softmax): cross-entropy over |W_j| |x| cos(theta_j) to learned class
+    weights W_j, the true class's cos(theta) replaced by psi(theta) = (-1)^k cos(m theta) - 2k
+    for theta in [k pi/m, (k+1) pi/m], which asks for an m times smaller angle to the true class
+    (PML's LargeMarginSoftmaxLoss).
+
+    PML computes cos(m theta) from cos(theta) with the paper's multiple-angle expansion and
+    treats k as a constant. Where it departs from the paper: no annealing (the paper trains with
+    (lambda cos(theta) + psi(theta)) / (1 + lambda) as the true class's term, lambda decreasing
+    during training), so the whole margin applies from the first step; and every logit is
+    multiplied by `scale`, which the paper does not have (the default 1 keeps its logits)."""
+
+    sources = {
+        "margin": "PML's default (4), also the largest m Liu et al. 2016 train with",
+        "scale": "PML's default (1): the paper's logits, which have no scale",
+    }
+    search_space = {"margin": MARGIN_SPACE, "scale": SCALE_SPACE}
+
+    # The logits carry |W_j| |x|: the loss does not work on the unit sphere.
+    normalize_embeddings = False
+    family = "classification"
+
+    def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
+        super().__init__(PMLLargeMarginSoftmaxLoss(num_classes, dims, margin=margin, scale=scale))
