@@ -11,11 +11,12 @@ from typing import Any, Callable, get_type_hints
 
 import click
 
-from bench.cli.options import NON_NEGATIVE, POSITIVE, FiniteFloat
+from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, FiniteFloat
+from bench.data.crop_area import parse_crop_scale
 from bench.data.splits import PROTOCOLS, check_val_split_name
-from bench.models.choices import BACKBONES, EMBEDDINGS, check_backbone
+from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone
 from bench.runs.config import RunConfig, canonical_preset
-from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES
+from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES, parse_schedule
 from bench.train.tracking import LOG_KINDS, require
 
 
@@ -46,6 +47,24 @@ class ValSplitChoice(click.ParamType):
         return value
 
 
+class CheckedText(click.ParamType):
+    """Text in a form of its own (--schedule, --crop-scale), checked by `check` (a one-line
+    ValueError naming the form) before anything is loaded."""
+
+    def __init__(self, metavar: str, check: Callable[[str], Any]) -> None:
+        self.name, self.metavar, self.check = metavar, metavar, check
+
+    def get_metavar(self, *args: Any, **kwargs: Any) -> str:
+        return self.metavar
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            self.check(str(value))
+        except ValueError as err:
+            self.fail(str(err), param, ctx)
+        return str(value)
+
+
 def check_log(ctx: click.Context, param: click.Parameter, kind: str | None) -> str | None:
     """--log's package present, before anything is written; else a one-line error naming the
     install."""
@@ -74,10 +93,14 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "protocol": dict(type=click.Choice(PROTOCOLS), show_default=True),
     "backbone": dict(choices=BACKBONES, callback=check_backbone_name),
     "embedding": dict(type=click.Choice(EMBEDDINGS)),
+    "pooling": dict(type=click.Choice(POOLINGS)),
     "epochs": dict(type=POSITIVE),
+    "warmup_epochs": dict(type=click.IntRange(min=0)),
     "batch_size": dict(type=click.IntRange(min=2)),
     "m_per_class": dict(type=POSITIVE),
     "lr": dict(type=NON_NEGATIVE),
+    "embedding_lr": dict(type=POSITIVE_FLOAT),
+    "schedule": dict(type=CheckedText("[none|cosine|step:E1,E2,...:F]", parse_schedule)),
     "momentum": dict(type=FiniteFloat(min=0, max=1)),
     "memory": dict(type=click.IntRange(min=0), show_default=True),
     "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES)),
@@ -92,6 +115,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
     "crop": dict(type=POSITIVE),
     "pad": dict(type=click.IntRange(min=0)),
     "crop_mode": dict(type=click.Choice(("squash", "aspect"))),  # bench.data.crops.CROP_MODES
+    "crop_scale": dict(type=CheckedText("LOW,HIGH", parse_crop_scale)),
     "preset": dict(type=PresetChoice()),
     "workers": dict(type=click.IntRange(min=0), show_default=True),
     "log": dict(type=click.Choice(LOG_KINDS), show_default=True, callback=check_log),

@@ -16,8 +16,12 @@ from bench.tune.choices import PRUNER_DEFAULT, PRUNER_NAMES
 from bench.util.errors import first_line
 
 # Run settings tune takes as given, for every trial and retrained run (not searched); the
-# weights to start from (`--pretrained PATH`: the pretrained regime of issue 25).
-HELD = ("optimizer", "memory", "pretrained", "batch_size", "m_per_class", "precision")
+# weights to start from (`--pretrained PATH`: the pretrained regime of issue 25); the recipe
+# options (issue 45).
+HELD = (
+    *("optimizer", "memory", "pretrained", "batch_size", "m_per_class", "precision"),
+    *("freeze_bn", "pooling", "warmup_epochs", "schedule", "embedding_lr", "crop_scale"),
+)
 
 
 @click.command()

@@ -33,6 +33,8 @@ from typing import NamedTuple
 import torch
 from torchvision.ops import roi_align
 
+from bench.data.crop_area import DEFAULT_SCALE
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CROP_MODES = ("squash", "aspect")
@@ -78,7 +80,7 @@ class Crops:
     train: bool = False
     pad: int = 0
     flip: bool = True
-    scale: tuple[float, float] = (0.08, 1.0)  # torchvision's RandomResizedCrop defaults
+    scale: tuple[float, float] = DEFAULT_SCALE  # torchvision's RandomResizedCrop's
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
 
     def __post_init__(self) -> None:

@@ -13,6 +13,7 @@ import torch
 from sklearn.datasets import load_digits
 from torch.utils.data import Dataset
 
+from bench.data.crop_area import parse_crop_scale
 from bench.data.crops import Crops
 from bench.data.feature_files import load_feature_file
 from bench.data.glyphs import GlyphSpec, load_glyphs
@@ -238,6 +239,7 @@ def image_splits(
     train_per_class: int = 0,
     val_split: str = "images",
     crop_mode: str = "squash",
+    crop_scale: str = "",
 ) -> DataSplits:
     """An image data set under a protocol: decoded once into the cache, then cropped a batch
     at a time (`bench.data.crops`)."""
@@ -250,7 +252,8 @@ def image_splits(
     )
     labels, order = training_classes_first(table["label"].to_numpy(), splits.train)
     eval_tf = Crops(crop, resize, crop_mode)
-    train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad)
+    scale = parse_crop_scale(crop_scale)
+    train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad, scale=scale)
 
     def part(rows: np.ndarray, crops: Crops) -> CachedImages:
         return CachedImages(cache, rows, labels[rows], crops)
@@ -365,6 +368,7 @@ def load_run_data(cfg) -> DataSplits:
         crop=cfg.crop,
         pad=cfg.pad,
         crop_mode=cfg.crop_mode,
+        crop_scale=cfg.crop_scale,
         train_per_class=cfg.train_per_class,
         val_split=cfg.val_split,
     )

@@ -7,6 +7,7 @@ from torch import nn
 # Re-exported: the names are defined without torch, for the command line's options.
 from bench.models.choices import BACKBONES as BACKBONES
 from bench.models.choices import EMBEDDINGS, VECTOR_BACKBONES, check_backbone
+from bench.models.pooling import Pool, check_pooling, pool_layer
 from bench.models.pretrained import (
     check_weights,
     keep_resolution,
@@ -95,7 +96,7 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
         )
 
 
-def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
+def _vgg16_tiny(pretrained: str, embedding: str, pooling: str) -> tuple[nn.Module, int]:
     if pretrained == "imagenet":
         raise ValueError(
             "there are no ImageNet weights for vgg16_tiny; use pretrained='none' or a path to "
@@ -105,7 +106,7 @@ def _vgg16_tiny(pretrained: str, embedding: str) -> tuple[nn.Module, int]:
     if pretrained != "none":
         load_local_state(model, "vgg16_tiny", pretrained, source="bench's")
     if embedding == "gap":
-        return nn.Sequential(model.features, nn.AdaptiveAvgPool2d(1), nn.Flatten()), model.channels
+        return nn.Sequential(model.features, pool_layer(pooling), nn.Flatten()), model.channels
     return model, model.out_features
 
 
@@ -114,7 +115,7 @@ SMALL_CNN_FIRST_CONV = "body.0.0.weight"  # (width, input channels, 3, 3)
 
 
 def _small_cnn(
-    name: str, pretrained: str, in_channels: int, embedding: str
+    name: str, pretrained: str, in_channels: int, embedding: str, pooling: str = "avg"
 ) -> tuple[SmallCNN, int]:
     """SmallCNN, from a random init or from a state dict of its backbone (`nngk-bench
     pretrain`); the state dict's first layer fixes the input channels, to which EmbeddingNet
@@ -129,7 +130,7 @@ def _small_cnn(
         in_channels = state[SMALL_CNN_FIRST_CONV].shape[1]
     grid = 1 if embedding == "gap" else SmallCNN.grid
     norm = "group" if name == "small_cnn_gn" else "batch"
-    net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm)
+    net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm, pooling=pooling)
     if state is not None:
         load_local_state(net, name, pretrained, source="bench's", state=state)
     return net, in_channels
@@ -146,7 +147,11 @@ def check_backbone_weights(name: str, pretrained: str) -> None:
 
 
 def build_backbone(
-    name: str, pretrained: str = "none", in_channels: int = 3, embedding: str = "fc"
+    name: str,
+    pretrained: str = "none",
+    in_channels: int = 3,
+    embedding: str = "fc",
+    pooling: str = "avg",
 ) -> tuple[nn.Module, int, int]:
     """Return (feature extractor, feature dimension, expected input channels).
 
@@ -155,9 +160,11 @@ def build_backbone(
     small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it).
     embedding: "fc" or "backbone" (the features; a linear layer follows for "fc"), or "gap" (the
     global average pool of the last conv feature map, to be used as the embedding itself).
+    pooling: how the last feature map is pooled (`bench.models.pooling`).
     """
     check_backbone(name)
     check_embedding(name, embedding)
+    check_pooling(name, embedding, pooling)
     if name in VECTOR_BACKBONES:
         if pretrained != "none":
             raise ValueError(f"{name} has no pretrained weights; got pretrained={pretrained!r}")
@@ -165,15 +172,17 @@ def build_backbone(
         net = MLPHead(in_channels) if name == "mlp" else nn.Flatten()
         return net, getattr(net, "out_features", in_channels), in_channels
     if name in SMALL_CNNS:
-        net, in_channels = _small_cnn(name, pretrained, in_channels, embedding)
+        net, in_channels = _small_cnn(name, pretrained, in_channels, embedding, pooling)
         return net, net.out_features, in_channels
     if name == "vgg16_tiny":
-        net, feat_dim = _vgg16_tiny(pretrained, embedding)
+        net, feat_dim = _vgg16_tiny(pretrained, embedding, pooling)
         return net, feat_dim, 3
     base = _TINY_RESNETS.get(name, name)
     model = torchvision_model(base, pretrained)
     if name in _TINY_RESNETS:
         keep_resolution(model)
+    if pooling != "avg":  # the ResNets' and GoogLeNet's global average pool
+        model.avgpool = Pool(pooling)
     if embedding == "gap" and base == "googlenet":
         # GoogLeNet's dropout sits between its average pool and fc; the GAP embedding is the
         # pooled map itself.

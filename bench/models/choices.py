@@ -27,6 +27,14 @@ PRETRAIN_BACKBONES = ("small_cnn", "small_cnn_gn", "resnet18")
 # feature map; backbone: the backbone's own output (VGG/AlexNet FC7 with dropout and without ReLU,
 # the ResNets' final pooling followed by dropout), as Meyer et al. 2018 §3.2 classifies.
 EMBEDDINGS = ("fc", "gap", "backbone")
+# The backbone's pooling before the embedding (`--pooling`; bench.models.pooling builds them).
+POOLINGS = ("avg", "max", "avg+max")
+# Backbones without batch norm, which `--freeze-bn` has nothing to freeze in (tested against
+# the built networks).
+WITHOUT_BATCH_NORM = ("small_cnn_gn", "vgg16", "alexnet", "vgg16_tiny", "linear")
+# Backbones whose features are fully connected layers after a fixed-size pool (VGG's and
+# AlexNet's FC7, vgg16_tiny's), not a pooled feature map: only their GAP embedding pools.
+FC_FEATURE_BACKBONES = ("vgg16", "alexnet", "vgg16_tiny")
 
 
 def check_backbone(name: str) -> None:

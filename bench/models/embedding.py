@@ -62,16 +62,24 @@ class EmbeddingNet(nn.Module):
 
 
 def build_model(
-    backbone: str, dims: int, pretrained: str = "none", in_channels: int = 1, embedding: str = "fc"
+    backbone: str,
+    dims: int,
+    pretrained: str = "none",
+    in_channels: int = 1,
+    embedding: str = "fc",
+    pooling: str = "avg",
 ) -> EmbeddingNet:
     """Build an EmbeddingNet for images with `in_channels` channels and `dims`-d embeddings.
 
     embedding="gap" takes the embedding straight from global average pooling; `dims` must then
-    be the number of channels of the backbone's last feature map (GAP_DIMS).
+    be the number of channels of the backbone's last feature map (GAP_DIMS). `pooling`: how
+    the backbone pools that map (avg, max, avg+max).
     """
     check_backbone(backbone)
     check_embedding(backbone, embedding, dims)
-    net, feat_dim, expected_channels = build_backbone(backbone, pretrained, in_channels, embedding)
+    net, feat_dim, expected_channels = build_backbone(
+        backbone, pretrained, in_channels, embedding, pooling
+    )
     model = EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone], embedding)
     if embedding == "backbone" and backbone.startswith("resnet"):
         model.embed = nn.Dropout(BACKBONE_HEAD_DROPOUT)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from bench.models.pooling import pool_layer
+
 # small_cnn_gn's GroupNorm: 8 channels a group (Wu and He 2018 find 8-32 per group alike).
 GROUP_SIZE = 8
 
@@ -27,7 +29,8 @@ class SmallCNN(nn.Module):
 
     The last maps are pooled to a 4x4 grid, not to one value per channel: where a stroke lies
     is what tells small digits apart, and a global pool discards it. grid=1 is that global
-    average pool (the GAP embedding: 2 * width features).
+    average pool (the GAP embedding: 2 * width features); `pooling` max or avg+max pools each
+    cell so instead (`--pooling`).
 
     norm="batch" (small_cnn) or "group" (small_cnn_gn). BatchNorm's running statistics are
     estimated on the training classes and then normalise unseen classes too; GroupNorm
@@ -38,7 +41,12 @@ class SmallCNN(nn.Module):
     grid = 4
 
     def __init__(
-        self, in_channels: int = 1, width: int = 32, grid: int = 4, norm: str = "batch"
+        self,
+        in_channels: int = 1,
+        width: int = 32,
+        grid: int = 4,
+        norm: str = "batch",
+        pooling: str = "avg",
     ) -> None:
         super().__init__()
         self.grid = grid
@@ -48,7 +56,7 @@ class SmallCNN(nn.Module):
             _conv_norm_relu(width, width * 2, norm),
             nn.MaxPool2d(2),
             _conv_norm_relu(width * 2, width * 2, norm),
-            nn.AdaptiveAvgPool2d(self.grid),
+            pool_layer(pooling, self.grid),
             nn.Flatten(),
         )
 

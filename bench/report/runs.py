@@ -242,6 +242,12 @@ def setting_text(column: str, value: object) -> str:
         "crop": lambda v: f"crop {format_value(v)}",
         "pad": lambda v: f"pad {format_value(v)}",
         "crop_mode": lambda v: f"{v} crops",
+        "freeze_bn": lambda v: "frozen BN" if v else "BN trained",
+        "pooling": lambda v: f"{v} pooling",
+        "warmup_epochs": lambda v: f"warm-up epochs {format_value(v)}" if v else "no warm-up",
+        "schedule": lambda v: "constant lr" if v == "none" else f"{v} lr schedule",
+        "embedding_lr": lambda v: f"embedding layer at {format_value(v)}x lr",
+        "crop_scale": lambda v: f"crop area {v or '0.08,1'}",
         # The optimizer's name: its recorded description repeats momentum and weight decay.
         "optimizer": lambda v: str(v).split(" (")[0],
     }

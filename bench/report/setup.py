@@ -7,7 +7,14 @@ from collections.abc import Set
 
 import pandas as pd
 
-from bench.report.runs import column_or_nan, format_value, labelled_settings, trained_runs
+from bench.report.runs import (
+    DEFAULTS,
+    column_or_nan,
+    format_value,
+    labelled_settings,
+    setting_text,
+    trained_runs,
+)
 
 # Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
 # its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
@@ -22,6 +29,9 @@ SETUP = {
     "lr": "lr",
     "precision": "precision",
 }
+# The recipe options (issue 45), stated only where some run set one, so that the setup of runs
+# at their defaults reads as before.
+RECIPE = ("freeze_bn", "pooling", "warmup_epochs", "schedule", "crop_scale")
 
 
 def field_text(runs: pd.DataFrame, column: str, by: str | None, labelled: bool = False) -> str:
@@ -74,10 +84,27 @@ def setup_line(part: pd.DataFrame) -> str:
     table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
     runs = trained if len(trained) else part
-    fields = setup_of(runs, by="method", labelled=labelled_settings(runs))
+    labelled = labelled_settings(runs)
+    fields = setup_of(runs, by="method", labelled=labelled)
     seeds = fields.pop("seeds")
-    text = "; ".join(f"{name} {value}" for name, value in fields.items())
+    stated = [f"{name} {value}" for name, value in fields.items()]
+    text = "; ".join([*stated, *recipe_texts(runs, labelled)])
     return f"Setup: {text}; {seeds}."
+
+
+def recipe_texts(runs: pd.DataFrame, labelled: Set[str]) -> list[str]:
+    """The recipe options some run set, as their labels read ('frozen BN', 'avg+max
+    pooling'), each with the rows that had it where they differ (`field_text`); the embedding
+    layer's learning rate is in the optimizer's text."""
+    texts = []
+    for column in RECIPE:
+        default = getattr(DEFAULTS, column)
+        values = column_or_nan(runs, column, default)
+        if values.eq(default).all():
+            continue
+        shown = runs.assign(**{column: values.map(lambda v, c=column: setting_text(c, v))})
+        texts.append(field_text(shown, column, "method", column in labelled))
+    return texts
 
 
 def setup_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:

@@ -43,6 +43,13 @@ HASHED_IF_SET = {
     "memory": 0,
     "clustering": "full",
     "precision": "fp32",
+    # The field's recipes (issue 45).
+    "freeze_bn": False,
+    "pooling": "avg",
+    "warmup_epochs": 0,
+    "schedule": "none",
+    "embedding_lr": 1.0,
+    "crop_scale": "",
 }
 # The longest run id: a folder name, with room for the store's ".{id}.forced" beside it. A
 # longer one could never be made (no run was ever named so); it is cut and hashed instead.
@@ -85,7 +92,18 @@ class RunConfig:
     embedding: str = setting(
         "fc", "fc: a linear layer after the backbone; gap: its global average pooling."
     )
+    pooling: str = setting(
+        "avg",
+        "The backbone's pooling of its last feature map before the embedding: avg, max, or "
+        "avg+max (their sum: Kim et al. 2020's GAP + GMP); over the whole map (small_cnn: over "
+        "each cell of its 4x4 grid, the whole map with --embedding gap). Default: avg.",
+    )
     epochs: int = setting(20, "Training epochs." + PRESET_DEFAULT)
+    warmup_epochs: int = setting(
+        0,
+        "The first N epochs train only the embedding layer and the loss's own parameters, the "
+        "backbone's weights unchanged (Kim et al. 2020's Proxy-Anchor code); 0: none.",
+    )
     batch_size: int = setting(64, "Examples per training step." + PRESET_DEFAULT)
     m_per_class: int = setting(
         16,
@@ -104,6 +122,17 @@ class RunConfig:
         "rmsprop (Musgrave et al. 2020).",
     )
     lr: float = setting(0.01, "The network's learning rate." + PRESET_DEFAULT)
+    embedding_lr: float = setting(
+        1.0,
+        "The embedding layer's learning rate as a multiple of --lr, in an optimizer group of "
+        "its own (Brown et al. 2020's Smooth-AP code: 2). Default: 1.",
+    )
+    schedule: str = setting(
+        "none",
+        "The learning rate over the epochs, set once an epoch: none; cosine (annealed to 0 over "
+        "the run's epochs); step:E1,E2,...:F (multiplied by F after each epoch listed, e.g. "
+        "step:20,40:0.25). Default: none.",
+    )
     momentum: float = setting(0.9, "Momentum of sgd and rmsprop.")
     weight_decay: float = setting(5e-4, "Weight decay (adamw: decoupled)." + PRESET_DEFAULT)
     val_fraction: float = setting(
@@ -126,6 +155,12 @@ class RunConfig:
         "costs hours at tens of thousands of classes).",
     )
     freeze_backbone: bool = setting(False, "Train only what follows the backbone.")
+    freeze_bn: bool = setting(
+        False,
+        "The backbone's batch-norm layers keep their running statistics (eval mode while "
+        "training) and their scale and shift untrained (Kim et al. 2020's Proxy-Anchor code; "
+        "Musgrave et al. 2020).",
+    )
     precision: str = setting(
         "fp32",
         "fp32 (the papers'); bf16 or fp16: the network under autocast (channels-last where it "
@@ -141,6 +176,11 @@ class RunConfig:
         "squash",
         "squash (the papers'): images stretched to resize x resize, random crops; aspect: "
         "aspect ratio kept, random-resized crops. Default: squash.",
+    )
+    crop_scale: str = setting(
+        "",
+        "The random-resized crop's area, LOW,HIGH shares of the image (--crop-mode aspect), e.g. "
+        "0.16,1 (Musgrave et al. 2020). Default: torchvision's 0.08,1.",
     )
     seed: int = setting(0, "The run's seed (run --seed).", option=False)
     preset: str = setting(

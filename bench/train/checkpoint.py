@@ -18,6 +18,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     progress: dict,
     scaler: torch.amp.GradScaler | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> None:
     state = {
         "model": model.state_dict(),
@@ -27,6 +28,8 @@ def save_checkpoint(
     }
     if scaler is not None and scaler.is_enabled():  # fp16: a resumed run keeps its scale
         state["scaler"] = scaler.state_dict()
+    if scheduler is not None:  # --schedule: a resumed run goes on where it was
+        state["scheduler"] = scheduler.state_dict()
     atomic_torch_save(path, state)
 
 
@@ -37,9 +40,11 @@ def load_checkpoint(
     loss: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scaler: torch.amp.GradScaler | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> dict:
     """The checkpoint's state, loaded into the model, loss, optimizer (and fp16's gradient
-    scaler); a one-line error when it is truncated or not this run's."""
+    scaler, the learning-rate schedule); a one-line error when it is truncated or not this
+    run's."""
     try:
         state = torch.load(path, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
@@ -47,6 +52,8 @@ def load_checkpoint(
         optimizer.load_state_dict(state["optimizer"])
         if scaler is not None and "scaler" in state:
             scaler.load_state_dict(state["scaler"])
+        if scheduler is not None:
+            scheduler.load_state_dict(state["scheduler"])
         state["progress"]["epoch"]
     except (RuntimeError, EOFError, KeyError, TypeError, ValueError, OSError) as err:
         raise ValueError(

@@ -1,8 +1,10 @@
-"""The optimizer a run trains with (`--optimizer`), over two parameter groups: the network's at
-the run's learning rate, and the loss's own parameters (proxies, class weights, NNGK's centre
-weights) at the loss's declared `lr_multiplier` times it, as their papers train them.
+"""The optimizer a run trains with (`--optimizer`), over its parameter groups: the network's at
+the run's learning rate, the embedding layer's at `--embedding-lr` times it, and the loss's own
+parameters (proxies, class weights, NNGK's centre weights) at the loss's declared
+`lr_multiplier` times it, as their papers train them.
 
-A loss whose multiplier is 1 keeps one group, so that the checkpoints of earlier runs resume."""
+A multiple of 1 keeps its parameters in the network's group, so that the checkpoints of earlier
+runs resume."""
 
 from __future__ import annotations
 
@@ -32,15 +34,23 @@ def optimizer_class(cfg: RunConfig) -> tuple[type[torch.optim.Optimizer], dict]:
 
 
 def parameter_groups(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> list[dict]:
-    """The trainable parameters: the network's, then the loss's at its multiplier of the
-    learning rate (one group with the network's where the multiplier is 1)."""
-    network = [p for p in model.parameters() if p.requires_grad]
+    """The trainable parameters: the network's; its embedding layer's at `--embedding-lr`
+    times the learning rate (in the network's group where that is 1); the loss's at its
+    multiplier (in the network's group where that is 1)."""
+    layer = getattr(model, "embed", None) if cfg.embedding_lr != 1 else None
+    apart = [p for p in layer.parameters() if p.requires_grad] if layer is not None else []
+    taken = {id(p) for p in apart}
+    network = [p for p in model.parameters() if p.requires_grad and id(p) not in taken]
     own = [p for p in loss.parameters() if p.requires_grad]
     multiplier = getattr(loss, "lr_multiplier", 1.0)
+    groups = [{"params": network}]
+    if apart:
+        groups.append({"params": apart, "lr": cfg.lr * cfg.embedding_lr})
     if multiplier == 1 or not own:
-        return [{"params": network + own}]
-    groups = [{"params": network}] if network else []
-    return [*groups, {"params": own, "lr": cfg.lr * multiplier}]
+        groups[0]["params"] += own
+    else:
+        groups.append({"params": own, "lr": cfg.lr * multiplier})
+    return groups
 
 
 def make_optimizer(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> torch.optim.Optimizer:
@@ -57,6 +67,8 @@ def optimizer_text(cfg: RunConfig, multiplier: float = 1.0) -> str:
     parts = [f"momentum {cfg.momentum:g}"] if cfg.optimizer in ("sgd", "rmsprop") else []
     parts.append(f"weight decay {cfg.weight_decay:g}")
     text = ", ".join(parts)
+    if cfg.embedding_lr != 1:
+        text += f"; the embedding layer at {cfg.embedding_lr:g}x the lr"
     if multiplier != 1:
         text += f"; the loss's parameters at {multiplier:g}x the lr"
     return f"{LABELS[cfg.optimizer]} ({text})"

@@ -13,6 +13,7 @@ from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
+from bench.train.recipes import check_recipe
 from losses import get_loss_class
 from losses.registry import check_memory_taken
 
@@ -28,6 +29,7 @@ DATA_SETTINGS = (
     "crop",
     "pad",
     "crop_mode",
+    "crop_scale",
 )
 
 
@@ -53,6 +55,7 @@ def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
     check_trained_classes(cfg, data)
     check_batches(cfg, data)
     check_memory(cfg)
+    check_recipe(cfg)
 
 
 def check_memory(cfg: RunConfig) -> None:

@@ -48,7 +48,7 @@ def bare_rate(cfg: RunConfig, device: torch.device, steps: int, classes: int = 2
     from bench.models.embedding import build_model
     from losses import build_loss
 
-    model = build_model(cfg.backbone, cfg.dims, "none", 3, cfg.embedding).to(device)
+    model = build_model(cfg.backbone, cfg.dims, "none", 3, cfg.embedding, cfg.pooling).to(device)
     bank = 10 * cfg.batch_size
     loss = build_loss("nngk", cfg.loss_params, num_train=bank, num_classes=classes, dims=cfg.dims)
     labels = torch.arange(bank) % classes

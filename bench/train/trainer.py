@@ -50,6 +50,7 @@ from bench.train.loaders import (
 from bench.train.optimizers import make_optimizer, optimizer_text
 from bench.train.precision import Precision
 from bench.train.preflight import check_run
+from bench.train.recipes import Recipe
 from bench.train.tracking import RunLog, open_run_log
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
 from bench.util.batches import to_inputs
@@ -90,8 +91,9 @@ class Trainer:
             f"embedding for {cfg.loss} on {self.device}"
         )
         self.model = build_model(
-            cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding
-        )
+            cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding,
+            cfg.pooling,
+        )  # fmt: skip
         self.loss = build_loss(
             cfg.loss,
             cfg.loss_params,
@@ -108,8 +110,10 @@ class Trainer:
         self.precision.prepare(self.model)
         if cfg.freeze_backbone:
             self.model.backbone.requires_grad_(False)
+        self.recipe = Recipe(cfg, self.model)  # frozen batch norm, warm-up, schedule
         self.train_model = wrap_model(self.model, self.device, self.ranks)
         self.optimizer = make_optimizer(cfg, self.model, self.loss)
+        self.recipe.schedule(self.optimizer)
 
     def optimizer_text(self) -> str:
         return optimizer_text(self.cfg, self.loss.lr_multiplier)
@@ -148,6 +152,8 @@ class Trainer:
         self.model.train()
         if self.cfg.freeze_backbone:  # no dropout or batch-norm updates in a frozen backbone
             self.model.backbone.eval()
+        if self.recipe.start_epoch(epoch):  # what trains changed: DDP made again over it
+            self.train_model = wrap_model(self.model, self.device, self.ranks)
         every = 1 if self.device.type == "cpu" else SYNC_EVERY
         losses = StepLosses(epoch + 1, every, self.run_log.step_losses(epoch, len(loader)))
         bar = tqdm(loader, desc=f"epoch {epoch + 1}", leave=False, disable=len(loader) < 50)
@@ -215,7 +221,7 @@ class Trainer:
         if ckpt_path.is_file():
             state = load_checkpoint(
                 ckpt_path, self.device, self.model, self.loss, self.optimizer,
-                self.precision.scaler,
+                self.precision.scaler, self.recipe.scheduler,
             )  # fmt: skip
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
@@ -275,11 +281,12 @@ class Trainer:
             progress["epoch"] = epoch + 1
             log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
             self.run_log.epoch(row, self.optimizer)
+            self.recipe.end_epoch()
             if self.ranks.main:
                 checkpoint = self.run_dir / store.CHECKPOINT
                 save_checkpoint(
                     checkpoint, self.model, self.loss, self.optimizer, progress,
-                    self.precision.scaler,
+                    self.precision.scaler, self.recipe.scheduler,
                 )  # fmt: skip
                 history = pd.DataFrame(progress["history"]).to_csv(index=False)
                 atomic_write_text(self.run_dir / store.HISTORY, history)
