@@ -1,3 +1,5 @@
+import warnings
+
 import torch
 from pytorch_metric_learning.distances import CosineSimilarity
 from pytorch_metric_learning.losses import HistogramLoss as PMLHistogramLoss
@@ -46,3 +48,10 @@ class HistogramLoss(PMLLoss):
     def __init__(self, num_bins: int = 100):
         distance = BinnedCosine(2 / num_bins)
         super().__init__(PMLHistogramLoss(n_bins=num_bins, distance=distance))
+
+    def forward(
+        self, embeddings: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        with warnings.catch_warnings():  # PML 2.9 indexes by a list of index lists, each step
+            warnings.filterwarnings("ignore", "Using a non-tuple sequence", UserWarning)
+            return super().forward(embeddings, labels, indices)
