@@ -14,7 +14,7 @@ import click
 from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, FiniteFloat
 from bench.data.crop_area import parse_crop_scale
 from bench.data.splits import PROTOCOLS, check_val_split_name
-from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone
+from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone, is_timm
 from bench.runs.config import RunConfig, canonical_preset
 from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES, parse_schedule
 from bench.train.tracking import LOG_KINDS, require
@@ -91,7 +91,7 @@ def check_backbone_name(ctx: click.Context, param: click.Parameter, name: str | 
 # without torch.
 SETTINGS: dict[str, dict[str, Any]] = {
     "protocol": dict(type=click.Choice(PROTOCOLS), show_default=True),
-    "backbone": dict(choices=BACKBONES, callback=check_backbone_name),
+    "backbone": dict(choices=(*BACKBONES, "timm:NAME"), callback=check_backbone_name),
     "embedding": dict(type=click.Choice(EMBEDDINGS)),
     "pooling": dict(type=click.Choice(POOLINGS)),
     "epochs": dict(type=POSITIVE),
@@ -156,9 +156,27 @@ def setting_options(*names: str) -> Callable:
 def settings_from(options: dict[str, Any], names: tuple[str, ...] = ()) -> dict[str, Any]:
     """Take the run settings `names` (none named: all) out of a command's keyword arguments:
     {field: value, or None where not given}. A flag not given is None too (older click gives
-    False), so that the preset decides."""
+    False), so that the preset decides; a timm backbone's --resize and --crop, where not
+    given, are its own (`backbone_input`)."""
     settings = {name: options.pop(name) for name in names or tuple(run_settings())}
-    return {name: None if value is False else value for name, value in settings.items()}
+    return backbone_input(
+        {name: None if value is False else value for name, value in settings.items()}
+    )
+
+
+def backbone_input(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings with a timm backbone's input size (from its pretrained configuration) as
+    --crop and --resize where they are not given, in place of the preset's; a one-line error
+    where timm is not installed or has no such model."""
+    backbone = settings.get("backbone")
+    if not backbone or not is_timm(backbone) or "crop" not in settings:
+        return settings
+    from bench.models.timm_backbones import input_settings
+
+    try:
+        return {**settings, **input_settings(backbone, settings.get("resize"), settings["crop"])}
+    except ValueError as err:
+        raise click.ClickException(str(err)) from None
 
 
 LOG = setting_option("log")

@@ -82,6 +82,9 @@ class Crops:
     flip: bool = True
     scale: tuple[float, float] = DEFAULT_SCALE  # torchvision's RandomResizedCrop's
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
+    # The normalisation the backbone expects (a timm model's own, `bench.models`); ImageNet's.
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
 
     def __post_init__(self) -> None:
         if self.mode not in CROP_MODES:
@@ -90,7 +93,8 @@ class Crops:
     def __call__(
         self, batch: RaggedBatch, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """(B, 3, crop, crop) float32 images, ImageNet-normalised, on the batch's device."""
+        """(B, 3, crop, crop) float32 images, normalised (`mean`, `std`), on the batch's
+        device."""
         boxes = self.boxes(batch.sizes.to(torch.float64), generator)
         turned = batch.transposed
         swapped = boxes.view(-1, 2, 2).flip(-1).reshape(-1, 4)  # y1, x1, y2, x2
@@ -104,7 +108,7 @@ class Crops:
         if self.train and self.flip:
             mirror = uniform(len(out), generator, out.device) < 0.5
             out = torch.where(mirror[:, None, None, None], out.flip(-1), out)
-        mean, std = pixel_statistics(out.device)
+        mean, std = pixel_statistics(out.device, tuple(self.mean), tuple(self.std))
         return (out - mean) / std
 
     def boxes(self, sizes: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -157,11 +161,13 @@ class Crops:
 
 
 @functools.cache
-def pixel_statistics(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """ImageNet's mean and standard deviation in pixel units, (3, 1, 1) on `device`: copied
+def pixel_statistics(
+    device: torch.device, mean: tuple = IMAGENET_MEAN, std: tuple = IMAGENET_STD
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A mean and standard deviation (ImageNet's) in pixel units, (3, 1, 1) on `device`: copied
     there once, since each copy from the host waits for a GPU to finish what it is doing."""
-    mean = torch.tensor(IMAGENET_MEAN)[:, None, None] * 255
-    std = torch.tensor(IMAGENET_STD)[:, None, None] * 255
+    mean = torch.tensor(mean)[:, None, None] * 255
+    std = torch.tensor(std)[:, None, None] * 255
     return mean.to(device), std.to(device)
 
 

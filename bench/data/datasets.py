@@ -240,9 +240,11 @@ def image_splits(
     val_split: str = "images",
     crop_mode: str = "squash",
     crop_scale: str = "",
+    normalization: tuple[tuple, tuple] | None = None,
 ) -> DataSplits:
     """An image data set under a protocol: decoded once into the cache, then cropped a batch
-    at a time (`bench.data.crops`)."""
+    at a time (`bench.data.crops`) and normalised by `normalization` (mean, std; None:
+    ImageNet's)."""
     table, root = read_table(name, data_root or default_data_root())
     if "source" in table and trained_protocol(protocol).field_images_only:  # Leafsnap
         table = table[table["source"] == "field"].reset_index(drop=True)
@@ -251,9 +253,10 @@ def image_splits(
         table["path"].tolist(), boxes_for(table, protocol), resize, images_cache_dir(root)
     )
     labels, order = training_classes_first(table["label"].to_numpy(), splits.train)
-    eval_tf = Crops(crop, resize, crop_mode)
+    stats = {} if normalization is None else dict(zip(("mean", "std"), normalization, strict=True))
+    eval_tf = Crops(crop, resize, crop_mode, **stats)
     scale = parse_crop_scale(crop_scale)
-    train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad, scale=scale)
+    train_tf = Crops(crop, resize, crop_mode, train=True, pad=pad, scale=scale, **stats)
 
     def part(rows: np.ndarray, crops: Crops) -> CachedImages:
         return CachedImages(cache, rows, labels[rows], crops)
@@ -357,8 +360,9 @@ def check_queries(data: DataSplits, protocol: str) -> DataSplits:
     return data
 
 
-def load_run_data(cfg) -> DataSplits:
-    """The splits a run's configuration (a `bench.runs.config.RunConfig`) names."""
+def load_run_data(cfg, normalization: tuple[tuple, tuple] | None = None) -> DataSplits:
+    """The splits a run's configuration (a `bench.runs.config.RunConfig`) names; its images
+    normalised by `normalization` (its backbone's mean and std; None: ImageNet's)."""
     return load_dataset(
         cfg.dataset,
         cfg.protocol,
@@ -371,4 +375,5 @@ def load_run_data(cfg) -> DataSplits:
         crop_scale=cfg.crop_scale,
         train_per_class=cfg.train_per_class,
         val_split=cfg.val_split,
+        normalization=normalization,
     )

@@ -6,7 +6,7 @@ from torch import nn
 
 # Re-exported: the names are defined without torch, for the command line's options.
 from bench.models.choices import BACKBONES as BACKBONES
-from bench.models.choices import EMBEDDINGS, VECTOR_BACKBONES, check_backbone
+from bench.models.choices import EMBEDDINGS, VECTOR_BACKBONES, check_backbone, is_timm
 from bench.models.pooling import Pool, check_pooling, pool_layer
 from bench.models.pretrained import (
     check_weights,
@@ -17,6 +17,7 @@ from bench.models.pretrained import (
     truncate,
 )
 from bench.models.small import MLPHead, SmallCNN, VGG16Tiny
+from bench.models.timm_backbones import build_timm, check_timm_weights, timm_normalization
 
 BACKBONE_HEAD_DROPOUT = 0.5  # after the ResNets' pooling; the paper does not give the rate
 
@@ -74,6 +75,9 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
         )
     if embedding == "fc":
         return
+    if is_timm(backbone):
+        _check_timm_embedding(backbone, embedding)
+        return
     if backbone in VECTOR_BACKBONES:
         raise ValueError(f"the {backbone} head takes embedding='fc' only; got {embedding!r}")
     if embedding == "backbone":
@@ -94,6 +98,21 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
             f"the GAP embedding of {backbone} has {GAP_DIMS[backbone]} dims (the channels of its "
             f"last feature map); got dims={dims}"
         )
+
+
+def _check_timm_embedding(backbone: str, embedding: str) -> None:
+    # Its "backbone" embedding's size is the model's num_features, checked where it is built.
+    if embedding == "gap":
+        raise ValueError(
+            f"{backbone}'s own output is its pooled features: use embedding='backbone' (their "
+            "size) or 'fc', not 'gap'"
+        )
+
+
+def input_normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """The mean and standard deviation of a backbone's input images: a timm model's, from its
+    pretrained configuration; None for the others, which take ImageNet's (`bench.data.crops`)."""
+    return timm_normalization(name) if is_timm(name) else None
 
 
 def _vgg16_tiny(pretrained: str, embedding: str, pooling: str) -> tuple[nn.Module, int]:
@@ -136,11 +155,14 @@ def _small_cnn(
     return net, in_channels
 
 
-def check_backbone_weights(name: str, pretrained: str) -> None:
+def check_backbone_weights(name: str, pretrained: str, image_size: int | None = None) -> None:
     """A backbone's weights can be had before any data is read, so that an offline machine
-    fails before it builds an image cache: a torchvision backbone's (`check_weights`), or a
-    small CNN's state dict, read; the other backbones' weights are checked as they are built."""
-    if name in TORCHVISION_BACKBONES:
+    fails before it builds an image cache: a torchvision backbone's (`check_weights`), a small
+    CNN's state dict, read, or a timm model's (built, at `image_size`: `check_timm_weights`);
+    the other backbones' weights are checked as they are built."""
+    if is_timm(name):
+        check_timm_weights(name, pretrained, image_size)
+    elif name in TORCHVISION_BACKBONES:
         check_weights(_TINY_RESNETS.get(name, name), pretrained)
     elif name in SMALL_CNNS and pretrained != "none":
         _small_cnn(name, pretrained, 1, "fc")
@@ -152,19 +174,25 @@ def build_backbone(
     in_channels: int = 3,
     embedding: str = "fc",
     pooling: str = "avg",
+    image_size: int | None = None,
 ) -> tuple[nn.Module, int, int]:
     """Return (feature extractor, feature dimension, expected input channels).
 
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
     a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny; for
-    small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it).
+    small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it); for a
+    timm model (`timm:NAME`, `bench.models.timm_backbones`) also "hub", and a safetensors file.
     embedding: "fc" or "backbone" (the features; a linear layer follows for "fc"), or "gap" (the
     global average pool of the last conv feature map, to be used as the embedding itself).
     pooling: how the last feature map is pooled (`bench.models.pooling`).
+    image_size: the side of the input crops, which a timm model of one input size is built for.
     """
     check_backbone(name)
     check_embedding(name, embedding)
     check_pooling(name, embedding, pooling)
+    if is_timm(name):
+        net, feat_dim = build_timm(name, pretrained, image_size)
+        return net, feat_dim, 3
     if name in VECTOR_BACKBONES:
         if pretrained != "none":
             raise ValueError(f"{name} has no pretrained weights; got pretrained={pretrained!r}")

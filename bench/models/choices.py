@@ -17,6 +17,9 @@ BACKBONES = (
     "mlp",
     "linear",
 )
+# Any timm model, `timm:NAME` (with its pretrained tag, if any: timm:vit_small_patch16_224.dino),
+# built by bench.models.timm_backbones where timm is installed.
+TIMM_PREFIX = "timm:"
 # Heads for feature vectors (cached CNN features, `features:PATH.npz`) instead of images.
 VECTOR_BACKBONES = ("mlp", "linear")
 # What `nngk-bench pretrain` trains on glyphs: the small CNNs, and the torchvision backbone a CPU
@@ -37,6 +40,22 @@ WITHOUT_BATCH_NORM = ("small_cnn_gn", "vgg16", "alexnet", "vgg16_tiny", "linear"
 FC_FEATURE_BACKBONES = ("vgg16", "alexnet", "vgg16_tiny")
 
 
+def is_timm(name: str) -> bool:
+    return name.startswith(TIMM_PREFIX)
+
+
 def check_backbone(name: str) -> None:
+    """A one-line ValueError for a backbone that is neither one of BACKBONES nor `timm:NAME`
+    (whose NAME timm checks where the model is built: `bench.models.timm_backbones`)."""
+    if is_timm(name) and name[len(TIMM_PREFIX) :]:
+        return
+    if is_timm(name):
+        raise ValueError(
+            f"--backbone {name!r} names no timm model; give timm:NAME, e.g. "
+            "timm:vit_small_patch16_224 (timm.list_models() lists them)"
+        )
     if name not in BACKBONES:
-        raise ValueError(f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}")
+        raise ValueError(
+            f"unknown backbone {name!r}; expected one of: {', '.join(BACKBONES)}, or "
+            "timm:NAME (any timm model)"
+        )

@@ -68,19 +68,22 @@ def build_model(
     in_channels: int = 1,
     embedding: str = "fc",
     pooling: str = "avg",
+    image_size: int | None = None,
 ) -> EmbeddingNet:
     """Build an EmbeddingNet for images with `in_channels` channels and `dims`-d embeddings.
 
     embedding="gap" takes the embedding straight from global average pooling; `dims` must then
     be the number of channels of the backbone's last feature map (GAP_DIMS). `pooling`: how
-    the backbone pools that map (avg, max, avg+max).
+    the backbone pools that map (avg, max, avg+max). `image_size`: the side of the input crops
+    (a timm model of one input size is built for it).
     """
     check_backbone(backbone)
     check_embedding(backbone, embedding, dims)
     net, feat_dim, expected_channels = build_backbone(
-        backbone, pretrained, in_channels, embedding, pooling
+        backbone, pretrained, in_channels, embedding, pooling, image_size
     )
-    model = EmbeddingNet(net, feat_dim, dims, expected_channels, MIN_SIZES[backbone], embedding)
+    min_size = MIN_SIZES[backbone] if backbone in MIN_SIZES else net.min_size  # a timm model's
+    model = EmbeddingNet(net, feat_dim, dims, expected_channels, min_size, embedding)
     if embedding == "backbone" and backbone.startswith("resnet"):
         model.embed = nn.Dropout(BACKBONE_HEAD_DROPOUT)
     return model

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.choices import FC_FEATURE_BACKBONES, POOLINGS, VECTOR_BACKBONES
+from bench.models.choices import FC_FEATURE_BACKBONES, POOLINGS, VECTOR_BACKBONES, is_timm
 
 
 class Pool(nn.Module):
@@ -42,6 +42,11 @@ def check_pooling(backbone: str, embedding: str, pooling: str) -> None:
         raise ValueError(
             f"--pooling {pooling}: {backbone} takes feature vectors, which have no feature map to "
             "pool; use --pooling avg"
+        )
+    if is_timm(backbone):
+        raise ValueError(
+            f"--pooling {pooling}: {backbone} pools as timm builds it (a ViT: its class token); "
+            "use --pooling avg"
         )
     if backbone in FC_FEATURE_BACKBONES and embedding != "gap":
         raise ValueError(

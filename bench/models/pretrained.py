@@ -1,5 +1,6 @@
 """torchvision's classification models as backbones: ImageNet weights through torchvision's
-weights API, or a local state dict (loaded with weights_only=True), cut before their classifier."""
+weights API, or a local state dict (loaded with weights_only=True, or a safetensors file), cut
+before their classifier."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import torchvision
 from torch import nn
 
 from bench.util.progress import log
+from bench.util.weights_files import SAFETENSORS, weights_format
 
-_PRETRAINED_HINT = "expected 'imagenet', 'none', or a path to a state dict"
+_PRETRAINED_HINT = (
+    "expected 'imagenet', 'none', 'hub' (a timm backbone's), or a path to a state dict"
+)
 _RESAVE = "re-save the weights alone with torch.save(model.state_dict(), PATH)"
 
 
@@ -81,12 +85,15 @@ def _load_imagenet(name: str) -> nn.Module:
 
 
 def read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
-    """A state dict for backbone `name` read safely (weights_only); a one-line error (a
+    """A state dict for backbone `name` read safely (torch.load with weights_only, or a
+    safetensors file, by its first bytes); a one-line error (a
     FileNotFoundError or ValueError) for a file that is missing or holds anything else."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"pretrained={path!r} is not a file; {_PRETRAINED_HINT}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = _load_file(path)
+    except ImportError as err:
+        raise ValueError(f"pretrained={path!r}: {err}") from None
     except Exception as err:  # unpickling raises many different types
         raise ValueError(
             f"pretrained={path!r} is not a readable PyTorch state dict for {name} "
@@ -110,6 +117,20 @@ def read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
         # We build GoogLeNet without auxiliary classifiers; their weights are not needed.
         state = {k: v for k, v in state.items() if not k.startswith(("aux1.", "aux2."))}
     return state
+
+
+def _load_file(path: str) -> object:
+    """What a weights file holds: a safetensors file's tensors, or what torch.save wrote
+    (unpickled safely)."""
+    if weights_format(path) != SAFETENSORS:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        from safetensors.torch import load_file
+    except ImportError:
+        raise ImportError(
+            "a safetensors file needs the safetensors package: pip install safetensors"
+        ) from None
+    return load_file(path, device="cpu")
 
 
 def _load_problem(err: BaseException) -> str:

@@ -15,8 +15,12 @@ from typing import Any
 
 from bench.protocols import shown_protocol
 from bench.util.names import NAME_MAX, fitted_name, safe_name
+from bench.util.weights_files import file_sha256, weights_format
 
 BASELINE_LOSS = "untrained"  # the loss name of the data set's baseline rows
+
+# --pretrained values that name no file: random init, torchvision's ImageNet weights, timm's hub.
+NAMED_WEIGHTS = ("none", "imagenet", "hub")
 
 # Where the data lies, how it is loaded, which preset gave the defaults and where the run is
 # logged do not change what a run computes.
@@ -87,7 +91,9 @@ class RunConfig:
     backbone: str = setting("small_cnn", "The network under the embedding." + PRESET_DEFAULT)
     pretrained: str = setting(
         "none",
-        "imagenet, none, or a state-dict PATH (`nngk-bench pretrain` writes one)." + PRESET_DEFAULT,
+        "imagenet, none, or a state-dict PATH (`nngk-bench pretrain` writes one); a timm "
+        "backbone's: hub (timm fetches them; imagenet means the same), or a safetensors or "
+        "state-dict PATH." + PRESET_DEFAULT,
     )
     embedding: str = setting(
         "fc", "fc: a linear layer after the backbone; gap: its global average pooling."
@@ -237,32 +243,44 @@ def read_provenance(weights: str) -> dict[str, Any]:
 
 
 def provenance_label(record: dict[str, Any]) -> str:
-    """'small_cnn pretrained on glyphs 1000-1999' (and the glyphs seed where it is not 0); ''
-    for a record that does not say."""
+    """'small_cnn pretrained on glyphs 1000-1999' (and the glyphs seed where it is not 0); for
+    a record of other weights (written by hand beside, say, a timm model's file) its "label";
+    '' for a record that does not say."""
     try:
         first, last = (int(i) for i in record["classes"])
         seed, backbone = int(record.get("glyphs_seed", 0)), str(record["backbone"])
     except (KeyError, TypeError, ValueError):
-        return ""
+        return str(record.get("label") or "") if isinstance(record, dict) else ""
     of_seed = f" of seed {seed}" if seed else ""
     return f"{backbone} pretrained on glyphs {first}-{last}{of_seed}"
 
 
 def weights_label(pretrained: str, provenance: dict[str, Any] | None = None) -> str:
-    """How a run's weights read: 'random init', 'ImageNet', or for a local weights file what
-    its `provenance` says it is ('small_cnn pretrained on glyphs 1000-1999'), else its name."""
+    """How a run's weights read: 'random init', 'ImageNet', 'hub weights' (a timm model's), or
+    for a local weights file what its `provenance` says it is ('small_cnn pretrained on glyphs
+    1000-1999'), else its name."""
     if pretrained == "none":
         return "random init"
     if pretrained == "imagenet":
         return "ImageNet"
+    if pretrained == "hub":
+        return "hub weights"
     return provenance_label(provenance or {}) or Path(pretrained).name
 
 
 def current_weights_label(pretrained: str) -> str:
     """`weights_label` with the provenance beside the weights file as it is now: what a run
     records (`weights` in its metrics.json), so that its report need not find the file."""
-    given = pretrained not in ("none", "imagenet")
+    given = pretrained not in NAMED_WEIGHTS
     return weights_label(pretrained, read_provenance(pretrained) if given else None)
+
+
+def weights_record(pretrained: str) -> dict[str, str]:
+    """What a run records of the weights file it starts from, beside its label: its sha256
+    and format ({} for named weights, or a file no longer there)."""
+    if pretrained in NAMED_WEIGHTS or not Path(pretrained).is_file():
+        return {}
+    return {"weights_sha256": file_sha256(pretrained), "weights_format": weights_format(pretrained)}
 
 
 def untrained_label(backbone: str, pretrained: str, weights: str = "") -> str:

@@ -20,6 +20,7 @@ from bench.runs.config import (
     RunConfig,
     current_weights_label,
     untrained_label,
+    weights_record,
 )
 from bench.train.evaluations import retrieval_scores
 from bench.train.loaders import input_size, load_data
@@ -34,7 +35,8 @@ from losses import loss_family
 
 def run_summary(cfg: RunConfig, **extra) -> dict:
     """What metrics.json records of a run's settings (`extra` added or replacing), with its
-    weights' label as their provenance gives it now (`weights`; the report reads it)."""
+    weights' label as their provenance gives it now (`weights`; the report reads it), and a
+    weights file's sha256 and format (`weights_record`)."""
     weights = extra.pop("weights", None) or current_weights_label(cfg.pretrained)
     return {
         "dataset": cfg.dataset,
@@ -47,6 +49,7 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
         "backbone": cfg.backbone,
         "pretrained": cfg.pretrained,
         "weights": weights,
+        **weights_record(cfg.pretrained),
         "embedding": cfg.embedding,
         "freeze_backbone": cfg.freeze_backbone,
         "train_per_class": cfg.train_per_class,
@@ -106,7 +109,9 @@ def run_baseline(
     given["device"] = search_device(device)  # None: faiss on the CPU
     runs = [write_baseline(raw_cfg, "raw inputs", lambda: raw, **given)]
     seed_everything(cfg.seed)
-    model = build_model(cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels).to(device)
+    model = build_model(
+        cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels, image_size=cfg.crop
+    ).to(device)
     settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
     net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
     label = untrained_label(cfg.backbone, cfg.pretrained, current_weights_label(cfg.pretrained))

@@ -66,6 +66,7 @@ def extract_features(
     data = load_data(cfg)
     seed_everything(seed)  # the random initialisation of pretrained="none"
     device = device or default_device()
-    model = build_model(backbone, 1, pretrained, data.in_channels).to(device)
+    model = build_model(backbone, 1, pretrained, data.in_channels, image_size=cfg.crop)
+    model = model.to(device)
     parts = list(_split_features(model, data, device))
     return tuple(np.concatenate(arrays) for arrays in zip(*parts, strict=True))

@@ -11,6 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 from bench.data.datasets import DataSplits, load_run_data
 from bench.data.identity import data_identity
+from bench.models.backbones import input_normalization
 from bench.runs.config import RunConfig
 from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices, check_divisible
 from bench.util.batches import split_loader
@@ -116,7 +117,8 @@ def epoch_loader(loader: DataLoader, seed: int) -> DataLoader:
 
 
 def load_data(cfg: RunConfig) -> DataSplits:
-    return load_run_data(cfg)
+    """The run's splits, its images normalised as its backbone expects."""
+    return load_run_data(cfg, input_normalization(cfg.backbone))
 
 
 def with_data_identity(configs: list[RunConfig]) -> list[RunConfig]:

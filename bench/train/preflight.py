@@ -36,8 +36,10 @@ DATA_SETTINGS = (
 def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
     """Every run checked (`check_run`) on its data, loaded once for the runs that share it;
     the first run's data, which its baselines take."""
-    for backbone, pretrained in dict.fromkeys((c.backbone, c.pretrained) for c in configs):
-        check_backbone_weights(backbone, pretrained)  # before an image cache is built
+    for backbone, pretrained, crop in dict.fromkeys(
+        (c.backbone, c.pretrained, c.crop) for c in configs
+    ):
+        check_backbone_weights(backbone, pretrained, crop)  # before an image cache is built
     loaded: dict[tuple, DataSplits] = {}
     for cfg in configs:
         key = tuple(getattr(cfg, name) for name in DATA_SETTINGS)

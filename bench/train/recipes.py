@@ -42,6 +42,10 @@ class Recipe:
 
     def __init__(self, cfg: RunConfig, model: nn.Module) -> None:
         self.cfg, self.model = cfg, model
+        if cfg.freeze_bn and not batch_norms(model.backbone):  # a timm ViT's, say
+            raise ValueError(
+                f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn"
+            )
         if cfg.freeze_bn:
             for layer in batch_norms(model.backbone):
                 layer.requires_grad_(False)

@@ -92,7 +92,7 @@ class Trainer:
         )
         self.model = build_model(
             cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding,
-            cfg.pooling,
+            cfg.pooling, cfg.crop,
         )  # fmt: skip
         self.loss = build_loss(
             cfg.loss,
