@@ -320,6 +320,7 @@ LAST_MAP = {
     "small_cnn": lambda b: b.body[-3],
     "small_cnn_gn": lambda b: b.body[-3],
     "googlenet": lambda b: b.inception5b,
+    "bninception": lambda b: b[1],
     "resnet18": lambda b: b.layer4,
     "resnet50": lambda b: b.layer4,
     "resnet18_tiny": lambda b: b.layer4,

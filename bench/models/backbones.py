@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from bench.models.bninception import build_bninception, check_bninception
+
 # Re-exported: the names are defined without torch, for the command line's options.
 from bench.models.choices import BACKBONES as BACKBONES
 from bench.models.choices import EMBEDDINGS, VECTOR_BACKBONES, check_backbone, is_timm
@@ -26,6 +28,7 @@ MIN_SIZES = {
     "small_cnn": 0,
     "small_cnn_gn": 0,
     "googlenet": 64,
+    "bninception": 32,  # the least side it takes (bench.models.bninception.takes_size)
     "resnet18": 32,
     "resnet50": 32,
     "vgg16": 32,
@@ -39,6 +42,7 @@ MIN_SIZES = {
 
 FEATURE_DIMS = {
     "googlenet": 1024,
+    "bninception": 1024,
     "resnet18": 512,
     "resnet50": 2048,
     "vgg16": 4096,
@@ -54,6 +58,7 @@ GAP_DIMS = {
     "small_cnn": 64,
     "small_cnn_gn": 64,
     "googlenet": 1024,
+    "bninception": 1024,
     "resnet18": 512,
     "resnet50": 2048,
     "vgg16_tiny": 449,
@@ -158,9 +163,12 @@ def _small_cnn(
 def check_backbone_weights(name: str, pretrained: str, image_size: int | None = None) -> None:
     """A backbone's weights can be had before any data is read, so that an offline machine
     fails before it builds an image cache: a torchvision backbone's (`check_weights`), a small
-    CNN's state dict, read, or a timm model's (built, at `image_size`: `check_timm_weights`);
-    the other backbones' weights are checked as they are built."""
-    if is_timm(name):
+    CNN's state dict, read, or a timm model's (built, at `image_size`: `check_timm_weights`),
+    BN-Inception's (built, and its crop side checked); the other backbones' weights are checked
+    as they are built."""
+    if name == "bninception":
+        check_bninception(pretrained, image_size)
+    elif is_timm(name):
         check_timm_weights(name, pretrained, image_size)
     elif name in TORCHVISION_BACKBONES:
         check_weights(_TINY_RESNETS.get(name, name), pretrained)
@@ -180,7 +188,8 @@ def build_backbone(
 
     pretrained: "none" (random init), "imagenet" (torchvision's DEFAULT weights), or a path to
     a state dict of the full torchvision classification model (for vgg16_tiny: of VGG16Tiny; for
-    small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it); for a
+    small_cnn and small_cnn_gn: of their SmallCNN, as `nngk-bench pretrain` writes it; for
+    bninception: in the layout of its published weights, `bench.models.bninception`); for a
     timm model (`timm:NAME`, `bench.models.timm_backbones`) also "hub", and a safetensors file.
     embedding: "fc" or "backbone" (the features; a linear layer follows for "fc"), or "gap" (the
     global average pool of the last conv feature map, to be used as the embedding itself).
@@ -204,6 +213,9 @@ def build_backbone(
         return net, net.out_features, in_channels
     if name == "vgg16_tiny":
         net, feat_dim = _vgg16_tiny(pretrained, embedding, pooling)
+        return net, feat_dim, 3
+    if name == "bninception":
+        net, feat_dim = build_bninception(pretrained, pooling, image_size)
         return net, feat_dim, 3
     base = _TINY_RESNETS.get(name, name)
     model = torchvision_model(base, pretrained)

@@ -7,6 +7,7 @@ BACKBONES = (
     "small_cnn",
     "small_cnn_gn",
     "googlenet",
+    "bninception",
     "resnet18",
     "resnet50",
     "vgg16",
