@@ -81,10 +81,12 @@ DIGITS = Preset(
 # (64 dims, seed 0; docs/protocols.md, "glyphs"): 0.01 for most, 0.001 for NNGK (at 0.01 its
 # embedding grows until every kernel vanishes), N-pair, and of today's losses (issue 24, chosen
 # the same way) the classification losses, circle, ProxyAnchor and SoftTriple (validation MAP@R
-# at 0.01 / 0.001: arcface 6.2 / 15.3, cosface 8.4 / 17.9, soft-triple 5.0 / 27.1).
+# at 0.01 / 0.001: arcface 6.2 / 15.3, cosface 8.4 / 17.9, soft-triple 5.0 / 27.1); and of
+# issue 46's, chosen the same way, tuplet-margin 27.2 / 32.3, pnp 31.4 / 34.3, instance
+# 4.1 / 26.1, large-margin-softmax 1.0 / 7.2, sphereface 7.1 / 7.5 (the others at 0.01).
 LOWER_LR = (
     "nngk npair arcface cosface subcenter-arcface normalized-softmax circle proxy-anchor "
-    "soft-triple"
+    "soft-triple tuplet-margin pnp instance large-margin-softmax sphereface"
 ).split()
 GLYPHS = Preset(
     dims=(64, 512),
