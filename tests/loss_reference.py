@@ -101,3 +101,20 @@ def value_and_grads(loss, weights, data, reference, *args, **kwargs) -> torch.Te
     close(gx, gx_ref)
     close(gw, gw_ref)
     return ref
+
+
+def matches_reference(loss, labels: list[int], reference, seed: int, min_grad: float = 0.0):
+    """A built loss without parameters of its own against `reference(x, y)` on `batch(seed,
+    labels)`: value and embedding gradient, the reference's value positive and its gradient
+    above `min_grad` somewhere (so that neither comparison is trivial)."""
+    assert list(loss.parameters()) == []
+    x0, y = batch(seed, labels)
+    x = x0.clone().requires_grad_()
+    value = loss(x, y)
+    (g,) = grad_of(value, x)
+    x_ref = x0.clone().requires_grad_()
+    ref = reference(x_ref, y)
+    (g_ref,) = grad_of(ref, x_ref)
+    assert val(ref) > 0 and g_ref.abs().max() > min_grad
+    close(value, ref)
+    close(g, g_ref)

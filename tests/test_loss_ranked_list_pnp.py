@@ -12,7 +12,14 @@ import torch
 
 import losses
 from losses import pnp, ranked_list  # noqa: F401  (registers them)
-from tests.loss_reference import batch, close, dist_table, dot, grad_of, unit_rows, val
+from tests.loss_reference import (
+    batch,
+    dist_table,
+    dot,
+    matches_reference,
+    unit_rows,
+    val,
+)
 
 # Class 7 is a singleton: an anchor without positives, a negative for the others.
 LABELS = [0, 1, 2, 0, 1, 2, 0, 7, 1, 2, 0]
@@ -22,18 +29,8 @@ def check(name, params, reference, seed=14):
     """The registered loss against `reference(x, labels, all parameters)`: value and
     embedding gradient, both non-trivial."""
     loss = losses.build_loss(name, params, num_train=100, num_classes=8, dims=4)
-    assert list(loss.parameters()) == []
-    x0, y = batch(seed, LABELS)
-    x = x0.clone().requires_grad_()
-    value = loss(x, y)
-    (g,) = grad_of(value, x)
-    x_ref = x0.clone().requires_grad_()
-    ref = reference(x_ref, y.tolist(), {**losses.loss_defaults(name), **params})
-    (g_ref,) = grad_of(ref, x_ref)
-    assert val(ref) > 0
-    assert g_ref.abs().max() > 1e-3
-    close(value, ref)
-    close(g, g_ref)
+    given = {**losses.loss_defaults(name), **params}
+    matches_reference(loss, LABELS, lambda x, y: reference(x, y.tolist(), given), seed, 1e-3)
 
 
 def others(y, i, same):
