@@ -1,6 +1,7 @@
 """Every loss added beside the source papers' trains end to end through the command line on a
 small glyphs set and lowers its training loss at its defaults (3 epochs, 2 steps each, the
-glyphs preset's SGD at lr 0.01)."""
+glyphs preset's SGD at its learning rate for the loss: 0.01, or 0.001 where the preset chose
+it)."""
 
 from __future__ import annotations
 
@@ -37,6 +38,10 @@ NEW_LOSSES = (
     "pnp",
     "instance",
     "large-margin-softmax",
+    # At lr 0.01 its loss rises for 3 epochs here (m = 4 from the first step, no annealing)
+    # before it falls; the glyphs preset trains it at 0.001 (its validation MAP@R at 0.01 /
+    # 0.001: 7.1 / 7.5), where it falls at once.
+    "sphereface",
 )
 # Circle loss at PML's defaults (gamma 80) does not lower its loss on a set this small: its first
 # gradient is about 80 times the contrastive loss's on the same batch (norm 394 against 5), and one
@@ -52,16 +57,6 @@ CIRCLE = pytest.param(
         strict=True, reason="stays collapsed for the few steps of a small set (gamma 80, lr 0.01)"
     ),
 )
-# SphereFace at PML's defaults (m = 4 from the first step: PML has no lambda annealing, which
-# Liu et al. 2017 train with) rises in its first epochs here at lr 0.01 (12.6, 15.2, 14.4) and
-# falls from the fourth (11.9, 10.2, ... 4.7 at the tenth); at lr 0.001 it falls in 3 epochs
-# (4.73 to 3.70). A strict xfail, so that a change shows.
-SPHEREFACE = pytest.param(
-    "sphereface",
-    marks=pytest.mark.xfail(
-        strict=True, reason="rises for 3 epochs at lr 0.01 before it falls (m = 4, no annealing)"
-    ),
-)
 DATASET = "glyphs:classes=16,instances=10,size=12"
 
 
@@ -72,7 +67,7 @@ def results(tmp_path_factory):
     return tmp_path_factory.mktemp("new-losses")
 
 
-@pytest.mark.parametrize("name", [*NEW_LOSSES, CIRCLE, SPHEREFACE])
+@pytest.mark.parametrize("name", [*NEW_LOSSES, CIRCLE])
 def test_the_loss_trains_and_lowers_its_loss(name, results):
     out = cli(
         "run",
