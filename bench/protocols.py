@@ -19,6 +19,9 @@ register_protocol = PROTOCOLS.register
 get_protocol = PROTOCOLS.get_class
 
 DEFAULT_PROTOCOL = "metric"
+# The Recall@K of a data set that declares none of its own (`bench.data.recall_ks`): CUB-200-2011
+# and Cars196's, as Oh Song et al. 2016 and Meyer et al. 2018 (Tables 1-2) report them.
+DEFAULT_RECALL_KS = (1, 2, 4, 8)
 # What validation and test add to retrieval (bench.train.evaluations implements them):
 CLASSIFIER = "classifier"  # accuracy and NLL of the loss's classifier over the training classes
 VERIFICATION = "verification"  # pair verification at the threshold chosen on validation

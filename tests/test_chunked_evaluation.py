@@ -32,7 +32,7 @@ from bench.util.knn import (
     search,
 )
 
-KEYS = [f"recall@{k}" for k in RECALL_KS] + ["map@r"]
+KEYS = [f"recall@{k}" for k in RECALL_KS] + ["r_precision", "map@r"]
 LARGE = 20  # the tests' threshold: classes of more than 21 items are ranked by ExactRanking
 
 
@@ -62,6 +62,10 @@ def unchunked_scores(x: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]
     _, counts = np.unique(labels, return_counts=True)
     _, idx = knn(x, max(max(RECALL_KS), int(counts.max()) - 1))
     scores = {f"recall@{k}": hits for k, hits in query_hits(labels[idx], labels).items()}
+    r = counts[np.searchsorted(np.unique(labels), labels)] - 1
+    same = labels[idx] == labels[:, None]
+    within = [row[:n].sum() / n if n else np.nan for row, n in zip(same, r, strict=True)]
+    scores["r_precision"] = np.array(within)
     scores["map@r"] = average_precision_at_r(labels[idx], labels)
     return scores
 
@@ -94,10 +98,12 @@ def full_sort_scores(
     order = np.lexsort((np.broadcast_to(np.arange(len(b)), dist.shape), dist), axis=1)
     same = base_labels[order[:, : len(b) - exclude_self]] == query_labels[:, None]
     scores = {f"recall@{k}": same[:, :k].any(axis=1).astype(float) for k in RECALL_KS}
-    ap = []
+    ap, within = [], []
     for row, r in zip(same, same.sum(axis=1), strict=True):
         found = np.flatnonzero(row[:r]) + 1  # ranks of the matches within the top R
         ap.append(sum((m + 1) / rank for m, rank in enumerate(found)) / r if r else np.nan)
+        within.append(len(found) / r if r else np.nan)  # R-Precision: matches among the top R
+    scores["r_precision"] = np.array(within)
     scores["map@r"] = np.array(ap)
     return scores
 
@@ -127,8 +133,8 @@ def test_chunks_give_the_scores_of_one_search(chunk):
     assert_same_scores(query_scores(x, labels, chunk), expected)
     metrics = evaluate(x, labels, clustering=False, chunk=chunk)
     assert metrics == {
-        **{key: float(expected[key].mean()) for key in KEYS[:-1]},
-        "map@r": float(np.nanmean(expected["map@r"])),
+        **{key: float(expected[key].mean()) for key in KEYS[:-2]},
+        **{key: float(np.nanmean(expected[key])) for key in KEYS[-2:]},
     }
 
 
@@ -180,10 +186,12 @@ def test_chunked_scores_match_pml_accuracy_calculator(chunk):
     """PML leaves out queries whose class has no other item, in precision_at_1 as in MAP@R; our
     R@1 counts them as misses (as before issue 26), so R@1 is compared on the others."""
     x, labels = skewed(300, 16, seed=3)
-    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
-    scores, theirs = query_scores(x, labels, chunk), calc.get_accuracy(x, labels)
+    include = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
+    scores, theirs = query_scores(x, labels, chunk), AccuracyCalculator(include=include)
+    theirs = theirs.get_accuracy(x, labels)
     others = np.unique(labels, return_counts=True)[1][np.unique(labels, return_inverse=True)[1]]
     assert scores["recall@1"][others > 1].mean() == pytest.approx(theirs["precision_at_1"])
+    assert np.nanmean(scores["r_precision"]) == pytest.approx(theirs["r_precision"])
     assert np.nanmean(scores["map@r"]) == pytest.approx(theirs["mean_average_precision_at_r"])
 
 
@@ -198,8 +206,9 @@ def test_large_classes_are_ranked_as_one_search_ranks_them(large_classes, chunk)
     scores = query_scores(x, labels, chunk)
     big = np.bincount(labels)[labels] - 1 > LARGE
     assert big.sum() == sum(large_classes) == 180  # ranked once each, no other query
-    for key in KEYS[:-1]:
-        assert np.array_equal(scores[key], one[key]) and np.array_equal(scores[key], full[key])
+    for key in KEYS[:-1]:  # R@K and R-Precision: counts, exact
+        assert np.array_equal(scores[key], one[key], equal_nan=True)
+        assert np.array_equal(scores[key], full[key], equal_nan=True)
     assert np.array_equal(scores["map@r"][big], one["map@r"][big])
     np.testing.assert_allclose(scores["map@r"], one["map@r"], rtol=1e-14, atol=0)
     np.testing.assert_allclose(scores["map@r"], full["map@r"], rtol=1e-14, atol=0)
@@ -215,9 +224,10 @@ def test_large_classes_match_a_full_sort_and_pml(large_classes, chunk):
     assert sum(large_classes) == 180
     for key in KEYS:
         np.testing.assert_allclose(scores[key], full[key], rtol=1e-14, atol=0)
-    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
-    theirs = calc.get_accuracy(x, labels)["mean_average_precision_at_r"]
-    assert np.nanmean(scores["map@r"]) == pytest.approx(theirs, rel=1e-12)
+    calc = AccuracyCalculator(include=("r_precision", "mean_average_precision_at_r"))
+    theirs = calc.get_accuracy(x, labels)
+    assert np.nanmean(scores["map@r"]) == pytest.approx(theirs["mean_average_precision_at_r"])
+    assert np.nanmean(scores["r_precision"]) == pytest.approx(theirs["r_precision"], rel=1e-12)
 
 
 def test_large_gallery_classes_match_a_full_sort(large_classes):

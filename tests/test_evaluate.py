@@ -104,11 +104,14 @@ def test_evaluate_matches_pml_accuracy_calculator(seed):
     labels = rng.integers(0, 6, size=300)
     x = (rng.normal(size=(300, 16)) + labels[:, None] * 0.4).astype(np.float32)
     ours = evaluate(x, labels)
-    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
+    include = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
+    calc = AccuracyCalculator(include=include)
     theirs = calc.get_accuracy(x, labels)
     assert ours["recall@1"] == pytest.approx(theirs["precision_at_1"])
+    assert ours["r_precision"] == pytest.approx(theirs["r_precision"])
     assert ours["map@r"] == pytest.approx(theirs["mean_average_precision_at_r"])
-    keys = {"recall@1", "recall@2", "recall@4", "recall@8", "nmi", "nmi_best_of_5", "map@r"}
+    keys = {"recall@1", "recall@2", "recall@4", "recall@8", "nmi", "nmi_best_of_5"}
+    keys |= {"r_precision", "map@r"}
     assert set(ours) == keys
     assert ours["recall@1"] <= ours["recall@2"] <= ours["recall@4"] <= ours["recall@8"]
 

@@ -52,7 +52,7 @@ def test_saved_scores_read_back_as_the_report_computes_them(tmp_path, monkeypatc
     computed = query_scores(*embeddings())
     no_search(monkeypatch)
     read = store.read_query_scores(run)
-    assert list(read) == ["recall@1", "recall@2", "recall@4", "recall@8", "map@r"]
+    assert list(read) == ["recall@1", "recall@2", "recall@4", "recall@8", "r_precision", "map@r"]
     for key in read:
         np.testing.assert_array_equal(read[key], computed[key])
         np.testing.assert_array_equal(read[key], scores[key])

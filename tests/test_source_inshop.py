@@ -162,10 +162,16 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     table = read_inshop(root)
     queries = (table.split[table.split != "train"] == "query").to_numpy()
     assert len(labels) == len(queries) == 32
-    expected = evaluate_gallery(emb[queries], labels[queries], emb[~queries], labels[~queries])
+    # In-Shop's own Recall@K (bench.data.recall_ks), from the same gallery search.
+    recalls = [k for k in metrics if k.startswith("recall@")]
+    assert recalls == ["recall@1", "recall@10", "recall@20", "recall@30", "recall@40"]
+    expected = evaluate_gallery(
+        emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
+    )
     assert {k: metrics[k] for k in expected} == pytest.approx(expected, abs=1e-6)
+    assert set(expected) == {*recalls, "r_precision", "map@r"}
     assert metrics["nmi"] == pytest.approx(nmi(emb[~queries], labels[~queries]), abs=1e-6)
-    every = evaluate(emb, labels, clustering=False)  # queries searched among all: not this
+    every = evaluate(emb, labels, clustering=False, ks=(1, 10, 20, 30, 40))  # all among all
     assert {k: every[k] for k in expected} != pytest.approx(expected, abs=1e-3)
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_map@r" in history
@@ -176,7 +182,9 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     from bench.runs import store
 
     kept = store.read_query_scores(run)
-    gallery = gallery_scores(emb[queries], labels[queries], emb[~queries], labels[~queries])
+    gallery = gallery_scores(
+        emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
+    )
     again = searched_as_saved(run, emb, labels)
     for name in gallery:
         np.testing.assert_array_equal(kept[name], gallery[name])
@@ -190,7 +198,9 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
         base = json.loads((baseline / "metrics.json").read_text())
         saved = np.load(baseline / "test_embeddings.npz")
         emb, labels = saved["embeddings"], saved["labels"]
-        expected = evaluate_gallery(emb[queries], labels[queries], emb[~queries], labels[~queries])
+        expected = evaluate_gallery(
+            emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
+        )
         assert {k: base[k] for k in expected} == pytest.approx(expected, abs=1e-6), baseline.name
 
 
@@ -207,7 +217,8 @@ def test_a_gallery_protocol_searches_queries_in_the_gallery_only():
     gallery_nmi = normalized_mutual_info_score([1, 0, 1], [0, 0, 1])
     assert metrics["nmi"] == metrics["nmi_best_of_5"] == pytest.approx(gallery_nmi)
     assert list(metrics) == ["recall@1", "recall@2", "recall@4", "recall@8", "nmi",
-                             "nmi_best_of_5", "map@r"]  # fmt: skip
+                             "nmi_best_of_5", "r_precision", "map@r"]  # fmt: skip
+    assert metrics["r_precision"] == 0.25  # A: 0 of its R = 1; B: 1 of its R = 2
     every, _ = retrieval_scores(get_protocol("metric"), x, labels, None, seed=0)
     assert every["map@r"] != 0.25 and every["nmi"] != pytest.approx(gallery_nmi)
     with pytest.raises(ValueError, match="needs the test split's query flags"):

@@ -10,7 +10,10 @@ from bench.cli import main
 from bench.data.sources.base import COLUMNS, DatasetError
 from bench.data.sources.sop import LAYOUT, SOURCE, read_sop
 from bench.data.splits import make_splits
+from bench.evaluation.metrics import evaluate
 from tests.fixtures.sop import HEADER, make_sop, products
+
+SOP_KS = (1, 10, 100, 1000)
 
 
 @pytest.fixture(scope="module")
@@ -146,3 +149,20 @@ def test_sop_trains_end_to_end_under_the_metric_protocol(
     assert (config["val_split"], config["val_fraction"], config["lr"]) == ("classes", 0.25, 3e-4)
     saved = np.load(run / "test_embeddings.npz")
     assert sorted(set(saved["labels"].tolist())) == [5, 6, 7]  # classes 6-8, numbered from 0
+    # SOP's own Recall@K (Song et al. 2016) and R-Precision, from the same search, in
+    # metrics.json and in the report's table beside MAP@R.
+    metrics = json.loads((run / "metrics.json").read_text())
+    recalls = [key for key in metrics if key.startswith("recall@")]
+    assert recalls == ["recall@1", "recall@10", "recall@100", "recall@1000"]
+    expected = evaluate(saved["embeddings"], saved["labels"], clustering=False, ks=SOP_KS)
+    assert {key: metrics[key] for key in expected} == pytest.approx(expected, abs=1e-6)
+    assert "r_precision" in expected and "recall@2" not in expected
+    report = CliRunner().invoke(
+        main, ["report", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "out")]
+    )
+    assert report.exit_code == 0, report.output
+    (table,) = (tmp_path / "out").glob("sop-????????.md")  # named with its data's hash
+    header = next(line for line in table.read_text().splitlines() if line.startswith("| loss"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    shown = ["R@1", "R@10", "R@100", "R@1000", "NMI", "R-Prec.", "MAP@R"]
+    assert columns[columns.index("R@1") : columns.index("MAP@R") + 1] == shown

@@ -24,6 +24,7 @@ from bench.data.feature_files import FeatureSplits
 from bench.data.features import load_features
 from bench.data.identity import data_identity
 from bench.data.names import FEATURES_PREFIX
+from bench.data.recall_ks import recall_ks
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
 from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
@@ -139,7 +140,7 @@ def run_linear_method(
         "versions": {**package_versions(), "scikit-learn": version("scikit-learn")},
     }
     atomic_write_json(target / store.CONFIG, config)
-    found, scores = evaluate(emb, labels, seed=seed, with_scores=True)
+    found, scores = evaluate(emb, labels, seed=seed, with_scores=True, ks=recall_ks(dataset))
     store.save_test_embeddings(target, emb, labels, scores)
     curve = mprec_at_k(emb, labels)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})

@@ -1,6 +1,7 @@
-"""Each query's R@K and AP@R from an exact search in torch on a device (bench.util.torch_knn):
-the path of `retrieval.query_scores` and `retrieval.gallery_scores` when they are given a
-device (issue 44: on a GPU, faiss on the CPU took 36 s where torch on the GPU took 0.4 s).
+"""Each query's R@K, R-Precision and AP@R from an exact search in torch on a device
+(bench.util.torch_knn): the path of `retrieval.query_scores` and `retrieval.gallery_scores`
+when they are given a device (issue 44: on a GPU, faiss on the CPU took 36 s where torch on
+the GPU took 0.4 s).
 
 Queries are searched in chunks of like R (sorted by it), each chunk for its own largest R (at
 least the largest K), at most `cells` distances at a time, so that a class of 100,000 fits; the
@@ -30,9 +31,9 @@ def device_scores(
     bar: tqdm | None = None,
     cells: int = CELLS,
 ) -> dict[str, np.ndarray]:
-    """R@K (for each K of `ks`) and AP@R of each query in `base` (with `exclude_self`, base row
-    i is query i); R: each query's matches in the base. NaN AP@R where R is 0; `cells`:
-    distances a chunk holds."""
+    """R@K (for each K of `ks`), R-Precision and AP@R of each query in `base` (with
+    `exclude_self`, base row i is query i); R: each query's matches in the base. NaN
+    R-Precision and AP@R where R is 0; `cells`: distances a chunk holds."""
     search = TorchSearch(base, device)
     extra = int(exclude_self)
     top = min(max(ks), len(base) - extra)
@@ -46,7 +47,7 @@ def device_scores(
     ordered = torch.from_numpy(order).to(on)
     # Everything a chunk needs is on the device from here, and its scores stay there until the
     # end: a copy to or from the host in each chunk would wait for the GPU to finish.
-    found = torch.empty((len(ks) + 1, len(q)), dtype=torch.float64, device=on)
+    found = torch.empty((len(ks) + 2, len(q)), dtype=torch.float64, device=on)
     with torch.no_grad():
         for start, stop in chunks(len(q), chunk_rows(len(base), cells)):
             rows = ordered[start:stop]
@@ -56,18 +57,23 @@ def device_scores(
             same = b_codes[idx] == q_codes[rows, None]
             for i, k in enumerate(ks):
                 found[i, rows] = same[:, :k].any(1).double()
-            found[-1, rows] = ap_at_r(same, r_all[rows])
+            found[-2:, rows] = torch.stack(precision_and_ap(same, r_all[rows]))
             if bar is not None:
                 bar.update(stop - start)
-    names = [f"recall@{k}" for k in ks] + ["map@r"]
+    names = [f"recall@{k}" for k in ks] + ["r_precision", "map@r"]
     return dict(zip(names, found.cpu().numpy(), strict=True))
 
 
-def ap_at_r(same: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
-    """AP@R of each row of `same` (neighbours nearest first, at least R of them), in float64;
-    NaN where R is 0."""
+def precision_and_ap(same: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """R-Precision and AP@R of each row of `same` (neighbours nearest first, at least R of
+    them), in float64; NaN where R is 0."""
     ranks = torch.arange(1, same.shape[1] + 1, device=same.device, dtype=torch.float64)
     hits = (same & (ranks[None, :] <= r[:, None])).double()
     precision = hits.cumsum(1) / ranks
     total = (precision * hits).sum(1)
-    return torch.where(r > 0, total / r.clamp_min(1), torch.full_like(total, float("nan")))
+    nan = torch.full_like(total, float("nan"))
+    per_r = r.clamp_min(1)
+    return (
+        torch.where(r > 0, hits.sum(1) / per_r, nan),
+        torch.where(r > 0, total / per_r, nan),
+    )

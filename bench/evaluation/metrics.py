@@ -1,8 +1,11 @@
-"""The common evaluator: Recall@K, NMI and MAP@R of one embedding, from one faiss kNN search."""
+"""The common evaluator: Recall@K, NMI, R-Precision and MAP@R of one embedding, from one faiss
+kNN search."""
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -13,10 +16,22 @@ from bench.evaluation.clustering import (
     nmi,
     nmi_best_of,
 )
-from bench.evaluation.retrieval import RECALL_KS, gallery_scores, query_scores
+from bench.evaluation.retrieval import R_PRECISION, RECALL_KS, gallery_scores, query_scores
 from bench.util.progress import duration, log
 
+# What every run's metrics.json holds, whatever its data set's Ks; and, of the default Ks, every
+# key an earlier version recorded (runs before R-Precision have none).
+REQUIRED_KEYS = ("recall@1", "nmi", "map@r")
 METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
+RECALL_KEY = re.compile(r"recall@(\d+)")
+
+
+def retrieval_keys(keys: Iterable[str]) -> list[str]:
+    """The evaluator's metrics among `keys`, in a table's order: R@K by K, NMI, R-Precision,
+    MAP@R (a run records its data set's Ks: `bench.data.recall_ks`)."""
+    keys = set(keys)
+    recalls = sorted((k for k in keys if RECALL_KEY.fullmatch(k)), key=lambda k: int(k[7:]))
+    return [*recalls, *(k for k in ("nmi", R_PRECISION, "map@r") if k in keys)]
 
 
 BEST_OF = 5  # k-means restarts of `nmi_best_of_5`
@@ -39,8 +54,10 @@ def evaluate(
     chunk: int | None = None,
     with_scores: bool = False,
     device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> dict | tuple[dict, Scores]:
-    """All retrieval and clustering metrics of one embedding of a labelled set: NMI of one
+    """All retrieval and clustering metrics of one embedding of a labelled set: R@K for each K
+    of `ks`, R-Precision, MAP@R, and NMI of one
     k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
     `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only.
     `chunk`: queries searched at a time (default: `retrieval.chunk_rows`). `with_scores`:
@@ -48,8 +65,8 @@ def evaluate(
     search (what `bench.runs.store.save_query_scores` keeps for the report). `device`: the
     search in torch on it (`device_retrieval`); None: faiss on the CPU."""
     labels = np.asarray(labels)
-    scores = query_scores(embeddings, labels, chunk, device)
-    metrics = {f"recall@{k}": float(scores[f"recall@{k}"].mean()) for k in RECALL_KS}
+    scores = query_scores(embeddings, labels, chunk, device, ks)
+    metrics = {key: float(v.mean()) for key, v in scores.items() if RECALL_KEY.fullmatch(key)}
     if clustering:
         said = announce_kmeans(embeddings, labels, BEST_OF if best_of else 0)
         start = time.perf_counter()
@@ -62,7 +79,8 @@ def evaluate(
             )
     if clustering and best_of:
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF)
-    metrics["map@r"] = float(np.nanmean(scores["map@r"]))
+    for key in (R_PRECISION, "map@r"):
+        metrics[key] = float(np.nanmean(scores[key]))
     return (metrics, scores) if with_scores else metrics
 
 
@@ -74,12 +92,13 @@ def evaluate_gallery(
     chunk: int | None = None,
     with_scores: bool = False,
     device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> dict | tuple[dict, Scores]:
-    """R@K and MAP@R of queries searched in a separate gallery (In-Shop's protocol): R is the
-    number of gallery items of the query's class, and queries whose class has none are left out,
-    as PML's AccuracyCalculator does (`reference=`, `ref_includes_query=False`). `with_scores`:
-    (metrics, each query's scores as `retrieval.gallery_scores` gives them, NaN for those).
-    `device`: as `evaluate`'s."""
-    scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk, device)
+    """R@K, R-Precision and MAP@R of queries searched in a separate gallery (In-Shop's
+    protocol): R is the number of gallery items of the query's class, and queries whose class
+    has none are left out, as PML's AccuracyCalculator does (`reference=`,
+    `ref_includes_query=False`). `with_scores`: (metrics, each query's scores as
+    `retrieval.gallery_scores` gives them, NaN for those). `device`, `ks`: as `evaluate`'s."""
+    scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk, device, ks)
     metrics = {key: float(np.nanmean(values)) for key, values in scores.items()}
     return (metrics, scores) if with_scores else metrics

@@ -1,9 +1,11 @@
-"""The common evaluator's retrieval metrics: Recall@K and MAP@R from exact faiss kNN search.
+"""The common evaluator's retrieval metrics: Recall@K, R-Precision and MAP@R from exact faiss kNN
+search.
 
 Queries are searched and scored in chunks (`query_scores`, `gallery_scores`): a chunk's search
-asks for as many neighbours as its own queries need (the largest R among them, at least
-max(RECALL_KS)), and only each query's scores are kept, so memory is set by the chunk and the
-largest class, never by N x N or N x (largest class).
+asks for as many neighbours as its own queries need (the largest R among them, at least the
+largest K), and only each query's scores are kept, so memory is set by the chunk and the
+largest class, never by N x N or N x (largest class). The Ks are the data set's own
+(`bench.data.recall_ks`), R@1/2/4/8 where it declares none.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.evaluation.device_retrieval import device_scores
+from bench.protocols import DEFAULT_RECALL_KS
 from bench.util.knn import (
     GPU_MAX_K,
     QUERY_BLOCK,
@@ -24,7 +27,8 @@ from bench.util.knn import (
     query_chunks,
 )
 
-RECALL_KS = (1, 2, 4, 8)
+RECALL_KS = DEFAULT_RECALL_KS
+R_PRECISION = "r_precision"  # Musgrave et al. 2020, beside MAP@R
 MPREC_MAX_K = 50  # Sharma et al. 2015 reports mprec@K for K = 1..50
 MPREC_KS = (1, 10, 50)  # the ones a run's metrics.json keeps
 PROGRESS_FROM = 50_000  # queries: a progress bar while searching this many
@@ -99,6 +103,22 @@ def ap_at_r(same: np.ndarray, r: np.ndarray, width: int) -> np.ndarray:
     return ap
 
 
+def r_precision(same: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """R-Precision of each row of `same` (at least r.max() columns): its share of matches among
+    its R nearest (Musgrave et al. 2020); NaN where R = 0. A count over R, so exact."""
+    w = int(r.max(initial=0))
+    hits = same[:, :w] & (np.arange(1, w + 1)[None, :] <= r[:, None])
+    precision = np.full(len(r), np.nan)
+    valid = r > 0
+    precision[valid] = hits.sum(axis=1)[valid] / r[valid]
+    return precision
+
+
+def score_names(ks: Sequence[int]) -> list[str]:
+    """The per-query scores' names, in order: R@K for each K, R-Precision, MAP@R."""
+    return [*(f"recall@{k}" for k in ks), R_PRECISION, "map@r"]
+
+
 def chunk_rows(searched: int) -> int:
     """Queries per chunk when each is searched for `searched` neighbours."""
     return max(1, min(CHUNK_ROWS, CHUNK_CELLS // max(searched, 1)))
@@ -120,20 +140,22 @@ def _chunked_scores(
     r: np.ndarray,
     exclude_self: bool,
     chunk: int | None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> dict[str, np.ndarray]:
-    """R@K and AP@R of each query searched in `base` chunk by chunk (with `exclude_self`, base
-    row i is query i, left out of its results); R: each query's number of matches in the base.
-    Every query's R@K comes from faiss's top-k search; AP@R too, but for queries of more than
-    LARGE_R matches, whose AP@R comes from `_large_ap`."""
+    """R@K (each K of `ks`), R-Precision and AP@R of each query searched in `base` chunk by
+    chunk (with `exclude_self`, base row i is query i, left out of its results); R: each
+    query's number of matches in the base. Every query's R@K comes from faiss's top-k search;
+    its R-Precision and AP@R too, but for queries of more than LARGE_R matches, whose come
+    from `_large_ap`."""
     extra = int(exclude_self)  # the query itself comes back among its neighbours
     large = r > LARGE_R
-    top = min(max(RECALL_KS), len(base) - extra)  # what R@K needs
+    top = min(max(ks), len(base) - extra)  # what R@K needs
     need = np.where(large, top, np.minimum(np.maximum(r, top), len(base) - extra))
     rows = chunk or chunk_rows(int(need.max(initial=0)) + extra)
     search = FlatSearch(base, len(queries))
     small_r = np.where(large, 0, r)
     width = int(small_r.max(initial=0))
-    parts: list[tuple[dict[int, np.ndarray], np.ndarray]] = []
+    parts: list[tuple[dict[int, np.ndarray], np.ndarray, np.ndarray]] = []
     bar = searching_bar(len(queries))
     for start, stop in query_chunks(len(queries), rows):
         k = int(need[start:stop].max())
@@ -142,16 +164,18 @@ def _chunked_scores(
             idx = drop_self_ids(idx, np.arange(start, stop))
         same = base_codes[idx] == query_codes[start:stop, None]
         del idx  # the chunk's largest arrays go before the next chunk's search
-        parts.append((hits_at(same), ap_at_r(same, small_r[start:stop], width)))
+        chunk_r = small_r[start:stop]
+        parts.append((hits_at(same, ks), r_precision(same, chunk_r), ap_at_r(same, chunk_r, width)))
         del same
         bar.update(stop - start)
     bar.close()
-    scores = {f"recall@{k}": np.concatenate([h[k] for h, _ in parts]) for k in RECALL_KS}
-    scores["map@r"] = np.concatenate([ap for _, ap in parts])
+    scores = {f"recall@{k}": np.concatenate([p[0][k] for p in parts]) for k in ks}
+    scores[R_PRECISION] = np.concatenate([p[1] for p in parts])
+    scores["map@r"] = np.concatenate([p[2] for p in parts])
     if large.any():
         which = np.flatnonzero(large)
-        ap = _large_ap(queries, query_codes, base, base_codes, r, which, exclude_self, chunk)
-        scores["map@r"][which] = ap
+        args = (queries, query_codes, base, base_codes, r, which, exclude_self, chunk)
+        scores[R_PRECISION][which], scores["map@r"][which] = _large_ap(*args)
     return scores
 
 
@@ -181,44 +205,52 @@ def _large_ap(
     which: np.ndarray,
     exclude_self: bool,
     chunk: int | None,
-) -> np.ndarray:
-    """AP@R of the queries `which` (in that order) from their whole ranked top R
-    (`ExactRanking`), in chunks of about LARGE_CELLS cells."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """R-Precision and AP@R of the queries `which` (in that order) from their whole ranked top
+    R (`ExactRanking`), in chunks of about LARGE_CELLS cells."""
     ranking = ExactRanking(base)
     order = np.argsort(r[which], kind="stable")  # chunks of like R: little padding
     width = int(r.max())  # the sums' length of one evaluation of every query (see ap_at_r)
     rows = chunk or large_chunk_rows(len(base), width)
-    ap = np.empty(len(which))
+    ap, precision = np.empty(len(which)), np.empty(len(which))
     for start, stop in query_chunks(len(which), rows):
         picked = which[order[start:stop]]
         idx = ranking(queries[picked], r[picked], picked if exclude_self else None)
         same = base_codes[idx] == query_codes[picked, None]
         del idx
+        precision[order[start:stop]] = r_precision(same, r[picked])
         ap[order[start:stop]] = ap_at_r(same, r[picked], width)
-    return ap
+    return precision, ap
 
 
 def query_scores(
-    embeddings: np.ndarray, labels: np.ndarray, chunk: int | None = None, device=None
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    chunk: int | None = None,
+    device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> dict[str, np.ndarray]:
-    """Each query's R@K and AP@R against every other item, in query order: what the report's
-    bootstrap resamples; their means are the evaluator's recall@K and map@r. A query whose class
-    has no other item misses at every K and has no AP@R (NaN). `chunk`: queries per chunk
-    (default `chunk_rows`). `device`: search with torch there (`device_retrieval`), not faiss."""
+    """Each query's R@K (each K of `ks`), R-Precision and AP@R against every other item, in
+    query order (`score_names`): what the report's bootstrap resamples; their means are the
+    evaluator's metrics. A query whose class has no other item misses at every K and has no
+    R-Precision or AP@R (NaN). `chunk`: queries per chunk (default `chunk_rows`). `device`:
+    search with torch there (`device_retrieval`), not faiss."""
     x = np.ascontiguousarray(embeddings, dtype=np.float32)
     (codes,) = _codes(labels)
     r = np.bincount(codes)[codes] - 1
-    return _scores(x, codes, x, codes, r, True, chunk, device)
+    return _scores(x, codes, x, codes, r, True, chunk, device, ks)
 
 
 def _scores(
-    queries, query_codes, base, base_codes, r, exclude_self: bool, chunk: int | None, device
+    queries, query_codes, base, base_codes, r, exclude_self: bool, chunk, device, ks
 ) -> dict[str, np.ndarray]:
     """faiss's chunked scores on the CPU, or torch's on `device` where one is given."""
+    ks = tuple(sorted(set(ks)))
     if device is None:
-        return _chunked_scores(queries, query_codes, base, base_codes, r, exclude_self, chunk)
+        args = (queries, query_codes, base, base_codes, r, exclude_self, chunk, ks)
+        return _chunked_scores(*args)
     with searching_bar(len(queries)) as bar:
-        args = (queries, query_codes, base, base_codes, r, exclude_self, device, RECALL_KS, bar)
+        args = (queries, query_codes, base, base_codes, r, exclude_self, device, ks, bar)
         return device_scores(*args)
 
 
@@ -229,15 +261,17 @@ def gallery_scores(
     gallery_labels: np.ndarray,
     chunk: int | None = None,
     device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> dict[str, np.ndarray]:
-    """Each query's R@K and AP@R searched in the gallery only (In-Shop's protocol), R = the
-    gallery's items of its class. A query whose class has none has no score (NaN), as PML's
-    AccuracyCalculator leaves such queries out. `device`: as `query_scores`'."""
+    """Each query's scores (as `query_scores`') searched in the gallery only (In-Shop's
+    protocol), R = the gallery's items of its class. A query whose class has none has no score
+    (NaN), as PML's AccuracyCalculator leaves such queries out. `device`, `ks`: as
+    `query_scores`'."""
     q_codes, g_codes = _codes(query_labels, gallery_labels)
     r = np.bincount(g_codes, minlength=int(q_codes.max(initial=-1)) + 1)[q_codes]
     q = np.ascontiguousarray(queries, dtype=np.float32)
     g = np.ascontiguousarray(gallery, dtype=np.float32)
-    scores = _scores(q, q_codes, g, g_codes, r, False, chunk, device)
+    scores = _scores(q, q_codes, g, g_codes, r, False, chunk, device, ks)
     for values in scores.values():
         values[r == 0] = np.nan
     return scores

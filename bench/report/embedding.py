@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from bench.evaluation.metrics import METRIC_KEYS
+from bench.evaluation.metrics import retrieval_keys
 from bench.report import figures
 from bench.report.answer import answer_text
 from bench.report.reference import reference_rows
@@ -14,17 +14,18 @@ from bench.report.runs import (
     BASELINE_LOSS,
     column_or_nan,
     regime_labels,
+    shown_metrics,
     trained_runs,
 )
 from bench.report.setup import setup_columns, setup_line
 from bench.report.significance import MIN_SEEDS, REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
-    COLUMNS,
     FLOAT,
     INTERVAL,
     PROTOCOL_COLUMNS,
     Files,
     cell,
+    column_label,
     github_table,
     one_per_seed,
     percent,
@@ -39,14 +40,14 @@ def protocol_metrics(df: pd.DataFrame) -> list[str]:
 
 KEYS = ["name", "dims"]
 RANKED_BY = ("map@r", "recall@1")  # what orders a table's trained rows, the first recorded
-RETRIEVAL = [k for k in METRIC_KEYS if k != "nmi"]  # a NaN here: a run gone wrong
+RETRIEVAL = ("recall@1", "map@r")  # a NaN here: a run gone wrong
 
 
 def summarise(df: pd.DataFrame) -> pd.DataFrame:
     """Mean and std over seeds per method (with its varying settings) and size, baseline first;
     `runs` counts distinct seeds (copies of a seed are one run), `nan_runs` those of them with
     a NaN metric, which is left out of the mean, not averaged in."""
-    values = [*METRIC_KEYS, *protocol_metrics(df), "init_map@r"]
+    values = [*shown_metrics(df), *protocol_metrics(df), "init_map@r"]
     diverged = column_or_nan(df, "diverged", None).map(lambda d: isinstance(d, str) and bool(d))
     df = df.assign(**{v: df[v].astype(float) for v in values}, _diverged=diverged.astype(float))
     seeds = one_per_seed(df, KEYS, [*values, "_diverged"])
@@ -108,7 +109,8 @@ def markdown_table(
 ) -> str:
     """The table under its answer (`bench.report.answer`) and setup, its legend below it."""
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
-    keys = (*METRIC_KEYS, *extra, "init_map@r")
+    shown = retrieval_keys(c.removesuffix("_mean") for c in summary.columns if c.endswith("_mean"))
+    keys = (*shown, *extra, "init_map@r")
     marks = marks_of(differences) if differences is not None else {}
     nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
     diverged = "diverged_runs" in summary and summary["diverged_runs"].gt(0).any()
@@ -135,7 +137,7 @@ def markdown_table(
         "loss",
         *(["family"] if families else []),
         "dims",
-        *COLUMNS.values(),
+        *(column_label(k) for k in shown),
         *(PROTOCOL_COLUMNS[m] for m in extra),
         "MAP@R at init",
         "runs",
@@ -228,7 +230,7 @@ def paper_table(dataset: str, protocol: str) -> pd.DataFrame:
     ref = ref.assign(dims=ref["dims"].astype("string").fillna(""), backbone=backbone)
     keys = ["paper", "table", "method", "backbone", "dims", "setting"]
     wide = ref.pivot_table(index=keys, columns="metric", values="value", aggfunc="first")
-    order = [m for m in (*METRIC_KEYS, "accuracy", "far", "frr") if m in wide.columns]
+    order = [*retrieval_keys(wide.columns), *(m for m in ("accuracy", "far", "frr") if m in wide)]
     return wide[order].reset_index()
 
 
@@ -249,7 +251,7 @@ def paper_markdown(papers: pd.DataFrame) -> str:
         for _, r in papers.iterrows()
     ]
     headers = ["source", "method", "backbone", "dims", "setting"]
-    headers += [COLUMNS.get(m, m) for m in metrics]
+    headers += [column_label(m) for m in metrics]
     return (
         "\n## Published numbers (from the papers, not measured here)\n\n"
         "Each paper's own setup (its backbone, input and training) is not the one above.\n\n"

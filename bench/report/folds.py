@@ -12,12 +12,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from bench.evaluation.metrics import METRIC_KEYS, evaluate, evaluate_gallery
+from bench.evaluation.metrics import RECALL_KEY, evaluate, evaluate_gallery
 from bench.report.fold_ranks import CONCATENATED, SEPARATE, ranked_files
 from bench.report.run_files import saved_embeddings, saved_query_flags
-from bench.report.runs import column_or_nan, trained_runs
+from bench.report.runs import column_or_nan, shown_metrics, trained_runs
 from bench.report.significance import t_halfwidth
-from bench.report.table_format import COLUMNS, Files, cell, github_table
+from bench.report.table_format import Files, cell, column_label, github_table
 from bench.runs import store
 from bench.util.arrays import l2_normalised
 
@@ -47,9 +47,12 @@ def complete_seeds(part: pd.DataFrame) -> list[pd.DataFrame]:
     return found
 
 
-def concatenated_metrics(runs: pd.DataFrame, seed: int) -> dict[str, float] | None:
-    """Metrics of the folds' L2-normalised test embeddings side by side; None where a fold
-    saved none or their test items differ."""
+def concatenated_metrics(
+    runs: pd.DataFrame, seed: int, shown: list[str]
+) -> dict[str, float] | None:
+    """The `shown` metrics (the folds' own: their R@K at the Ks they recorded) of the folds'
+    L2-normalised test embeddings side by side; None where a fold saved none or their test
+    items differ."""
     parts, labels = [], None
     for path in runs["path"]:
         saved = saved_embeddings(path, store.EMBEDDINGS)
@@ -59,22 +62,26 @@ def concatenated_metrics(runs: pd.DataFrame, seed: int) -> dict[str, float] | No
         parts.append(l2_normalised(emb))
     joined = np.hstack(parts)
     queries = saved_query_flags(runs["path"].iloc[0])
+    ks = [int(m[7:]) for m in shown if RECALL_KEY.fullmatch(m)]
     if queries is None:
-        return evaluate(joined, labels, seed=seed, best_of=False)
-    q, g = queries, ~queries
-    return evaluate_gallery(joined[q], labels[q], joined[g], labels[g])
+        found = evaluate(joined, labels, seed=seed, best_of=False, ks=ks)
+    else:
+        q, g = queries, ~queries
+        found = evaluate_gallery(joined[q], labels[q], joined[g], labels[g], ks=ks)
+    return {m: found[m] for m in shown if m in found}
 
 
 def fold_rows(runs: pd.DataFrame) -> pd.DataFrame:
     """Per loss, size and embedding (folds' mean, concatenated): each seed's metrics."""
-    rows = []
-    for key, part in fold_runs(runs).groupby(KEYS, sort=True):
+    rows, folds = [], fold_runs(runs)
+    shown = shown_metrics(folds)
+    for key, part in folds.groupby(KEYS, sort=True):
         for seed_runs in complete_seeds(part):
             seed = int(seed_runs["seed"].iloc[0])
             base = dict(zip(KEYS, key, strict=True), seed=seed)
-            means = seed_runs[list(METRIC_KEYS)].astype(float).mean()
+            means = seed_runs[shown].astype(float).mean()
             rows.append({**base, "embedding": SEPARATE, **means.to_dict()})
-            joined = concatenated_metrics(seed_runs, seed)
+            joined = concatenated_metrics(seed_runs, seed, shown)
             if joined is not None:
                 rows.append({**base, "embedding": CONCATENATED, **joined})
     return pd.DataFrame(rows)
@@ -86,7 +93,7 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
     if per_seed.empty:
         return {}
     index = [*KEYS, "embedding"]
-    metrics = [m for m in METRIC_KEYS if m in per_seed]
+    metrics = [m for m in shown_metrics(per_seed) if m in per_seed]
     grouped = per_seed.groupby(index, sort=False)
     summary = grouped[metrics].agg(["mean", t_halfwidth])
     summary.columns = [f"{m}_{'ci' if s == 't_halfwidth' else s}" for m, s in summary.columns]
@@ -103,7 +110,7 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
         ]
         for _, r in summary.iterrows()
     ]
-    headers = ["loss", "dims", "embedding", "seeds", *[COLUMNS.get(m, m) for m in metrics]]
+    headers = ["loss", "dims", "embedding", "seeds", *[column_label(m) for m in metrics]]
     text = f"# {table}: cross-validated final models\n\n{SETUP}\n\n{github_table(rows, headers)}"
     ranked, ranks_csv = ranked_files(per_seed, table)
     return {

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
-from bench.evaluation.metrics import METRIC_KEYS
+from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
 from bench.runs import store
 from bench.runs.config import (
@@ -145,10 +145,11 @@ def metrics_fault(metrics: dict) -> str:
     """What makes a metrics.json unusable ('' where nothing): a missing key, a metric that is
     not a number or not between 0 and 1 (NaN passes: a metric that could not be computed), a
     size or seed that is not an integer."""
-    missing = [k for k in (*METRIC_KEYS, "dataset", "loss", "dims", "seed") if k not in metrics]
+    required = (*REQUIRED_KEYS, "dataset", "loss", "dims", "seed")
+    missing = [k for k in required if k not in metrics]
     if missing:
         return f"lacks {', '.join(missing)}"
-    numbers = [*METRIC_KEYS, *(k for k in OPTIONAL_METRICS if k in metrics)]
+    numbers = [*retrieval_keys(metrics), *(k for k in OPTIONAL_METRICS if k in metrics)]
     bad = [k for k in numbers if not is_number(metrics[k])]
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not a number"
@@ -163,6 +164,14 @@ def metrics_fault(metrics: dict) -> str:
     if not isinstance(metrics["dataset"], str) or not isinstance(metrics["loss"], str):
         return "names its data set or loss by something other than text"
     return ""
+
+
+def shown_metrics(df: pd.DataFrame) -> list[str]:
+    """The evaluator's metrics a table of these runs shows, in order: R@1, NMI and MAP@R
+    always; each other R@K and R-Precision that a run recorded (its data set's own Ks:
+    `bench.data.recall_ks`; runs of earlier versions recorded R@1/2/4/8 and no R-Precision)."""
+    recorded = [k for k in df.columns if df[k].notna().any()]
+    return retrieval_keys([*recorded, *REQUIRED_KEYS])
 
 
 def is_number(value: object) -> bool:

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bench.evaluation.retrieval import gallery_scores, query_scores
+from bench.evaluation.metrics import RECALL_KEY, retrieval_keys
+from bench.evaluation.retrieval import RECALL_KS, gallery_scores, query_scores
 from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.runs import store
 
@@ -34,6 +35,7 @@ LEVEL = 0.95
 REPLICATES = 2000
 MIN_SEEDS = 2  # seeds each of two rows needs before their difference can be significant
 ALPHA = 0.05  # Welch's p below which two rows' per-seed values differ
+# What runs of the default Ks before R-Precision compare (`compared_metrics` gives a table's).
 COMPARED = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
 BLOCK = 250  # bootstrap replicates drawn at a time
 KEPT_CELLS = 2**24  # queries x replicates of draws kept for the next comparison (32 MB)
@@ -48,13 +50,37 @@ def t_halfwidth(values: pd.Series) -> float:
     return float(stats.t.ppf(0.5 + LEVEL / 2, n - 1) * values.std(ddof=1) / np.sqrt(n))
 
 
-def run_query_scores(run_dir: Path) -> dict[str, np.ndarray] | None:
+def compared_metrics(runs: pd.DataFrame) -> tuple[str, ...]:
+    """The metrics with a per-query score that every run of a table recorded, in the table's
+    order: R@K at its data set's Ks (runs of earlier versions: R@1/2/4/8 on every data set),
+    R-Precision (not before it was recorded), MAP@R. A run that computed no MAP@R (NaN, gone
+    wrong) decides nothing."""
+    computed = runs["map@r"].notna() if "map@r" in runs else pd.Series(True, runs.index)
+    keys = [k for k in retrieval_keys(runs.columns) if k != "nmi"]
+    return tuple(k for k in keys if computed.any() and runs.loc[computed, k].notna().all())
+
+
+def recorded_ks(run_dir: Path) -> tuple[int, ...]:
+    """The Ks of the Recall@K a run recorded in its metrics.json (R@1/2/4/8 where it cannot be
+    read): a run is scored again at its own Ks, never at today's for its data set."""
+    try:
+        metrics = store.read_metrics(run_dir)
+    except ValueError:
+        return RECALL_KS
+    ks = sorted(int(key[7:]) for key in metrics if RECALL_KEY.fullmatch(key))
+    return tuple(ks) or RECALL_KS
+
+
+def run_query_scores(
+    run_dir: Path, compared: Sequence[str] = COMPARED
+) -> dict[str, np.ndarray] | None:
     """Per-query scores of a run's saved test embeddings: those the run saved beside them
-    (`store.read_query_scores`: whole, and of the embeddings as they are now), else scored
-    once from the embeddings and saved for the next report (where the folder cannot be
-    written, used from memory alone); None where the run saved no test embeddings."""
+    (`store.read_query_scores`: whole, and of the embeddings as they are now, with every
+    `compared` metric), else scored once from the embeddings and saved for the next report
+    (where the folder cannot be written, used from memory alone); None where the run saved no
+    test embeddings."""
     cached = store.read_query_scores(run_dir)
-    if cached is not None and all(m in cached for m in COMPARED):
+    if cached is not None and all(m in cached for m in compared):
         return cached
     saved = saved_embeddings(run_dir, store.EMBEDDINGS)
     if saved is None:
@@ -69,11 +95,13 @@ def run_query_scores(run_dir: Path) -> dict[str, np.ndarray] | None:
 
 def searched_as_saved(run_dir: Path, emb: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
     """Each query's scores, searched as the run's protocol searched: with query flags saved
-    (a protocol with a gallery), the queries in the gallery; else every item among the others."""
-    queries = saved_query_flags(run_dir)
+    (a protocol with a gallery), the queries in the gallery; else every item among the others;
+    R@K at the Ks the run recorded."""
+    queries, ks = saved_query_flags(run_dir), recorded_ks(run_dir)
     if queries is None:
-        return query_scores(emb, labels)
-    return gallery_scores(emb[queries], labels[queries], emb[~queries], labels[~queries])
+        return query_scores(emb, labels, ks=ks)
+    q, g = queries, ~queries
+    return gallery_scores(emb[q], labels[q], emb[g], labels[g], ks=ks)
 
 
 @dataclass(frozen=True)
@@ -183,12 +211,14 @@ def _draws(n: int, seeds_a: int, seeds_b: int, replicates: int, seed: int) -> It
         yield counts, pick_a, pick_b
 
 
-def row_scores(runs: pd.DataFrame) -> dict[str, np.ndarray] | None:
+def row_scores(
+    runs: pd.DataFrame, compared: Sequence[str] = COMPARED
+) -> dict[str, np.ndarray] | None:
     """A row's per-query scores as (seeds, queries) arrays, copies of a seed averaged; None
     when a run lacks saved embeddings or its test queries differ from the others'."""
     by_seed: dict[int, list[dict[str, np.ndarray]]] = {}
     for _, run in runs.iterrows():
-        scores = run_query_scores(Path(run["path"]))
+        scores = run_query_scores(Path(run["path"]), compared)
         if scores is None:
             return None
         by_seed.setdefault(run["seed"], []).append(scores)
@@ -197,28 +227,29 @@ def row_scores(runs: pd.DataFrame) -> dict[str, np.ndarray] | None:
         return None
     return {
         m: np.stack([np.mean([c[m] for c in copies], axis=0) for copies in by_seed.values()])
-        for m in COMPARED
+        for m in compared
     }
 
 
 def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
-    """Per size and compared metric: each row against the reference row (`reference`, or the
-    row with the best mean), and whether the best row beats the second significantly; rows
-    without per-query scores (`row_scores`) left out.
+    """Per size and compared metric (`compared_metrics`): each row against the reference row
+    (`reference`, or the row with the best mean), and whether the best row beats the second
+    significantly; rows without per-query scores (`row_scores`) left out.
     Columns: name, dims, metric, reference, diff, low, high, p_seeds, significant,
     beats_second."""
-    out = []
+    out, compared = [], compared_metrics(trained)
     for dims, runs in trained.groupby("dims", sort=True):
         # A row whose runs lack their per-query scores is left out (the table names it), not
         # the whole size.
-        found = {name: row_scores(part) for name, part in runs.groupby("name", sort=True)}
+        parts = runs.groupby("name", sort=True)
+        found = {name: row_scores(part, compared) for name, part in parts}
         scores = {name: v for name, v in found.items() if v is not None}
         if len(scores) < 2:  # one row: nothing to compare it with (not itself)
             continue
         if len({v["map@r"].shape[1] for v in scores.values()}) != 1:
             continue
-        found = size_differences(scores, reference)
-        for metric in COMPARED:
+        found = size_differences(scores, reference, compared)
+        for metric in compared:
             out += compare_metric(scores, metric, dims, reference, found)
     columns = ["name", "dims", "metric", "reference", "seeds", "diff", "low", "high", "p_seeds"]
     columns += ["significant"]
@@ -239,10 +270,12 @@ def compared_pairs(scores: dict, metric: str, reference: str | None) -> list[tup
     return best_two + [(x, ref) for x in ranked]
 
 
-def size_differences(scores: dict, reference: str | None) -> dict[tuple, Difference]:
+def size_differences(
+    scores: dict, reference: str | None, compared: Sequence[str] = COMPARED
+) -> dict[tuple, Difference]:
     """The bootstrap difference of every pair each metric compares, at one size, by (metric,
     row, other row): all in one pass over the draws each shape of pair shares."""
-    keys = [(m, x, y) for m in COMPARED for x, y in compared_pairs(scores, m, reference)]
+    keys = [(m, x, y) for m in compared for x, y in compared_pairs(scores, m, reference)]
     pairs = [(scores[x][m], scores[y][m]) for m, x, y in keys]
     return dict(zip(keys, bootstrap_differences(pairs), strict=True))
 

@@ -24,8 +24,16 @@ COLUMNS = {
     "recall@4": "R@4",
     "recall@8": "R@8",
     "nmi": "NMI",
+    "r_precision": "R-Prec.",
     "map@r": "MAP@R",
 }
+
+
+def column_label(metric: str) -> str:
+    """A metric's column header: R@K for any K (a data set's own Ks), else COLUMNS'."""
+    if metric.startswith("recall@") and metric[7:].isdigit():
+        return f"R@{metric[7:]}"
+    return COLUMNS.get(metric, metric)
 
 
 FLOAT = "%.6f"

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from bench.data.datasets import DataSplits, query_flags
+from bench.data.recall_ks import recall_ks
 from bench.evaluation.health import embedding_health
 from bench.models.embed import embed
 from bench.models.embedding import build_model
@@ -145,8 +146,9 @@ def write_baseline(
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
     metrics, scores = retrieval_scores(
-        protocol, embeddings, labels, queries, base.seed, base.clustering, device
-    )
+        protocol, embeddings, labels, queries, base.seed, base.clustering, device,
+        recall_ks(base.dataset),
+    )  # fmt: skip
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
     metrics.update(run_summary(base, features=label, input_size=inputs))

@@ -7,6 +7,7 @@ Each evaluation takes the trainer as `run`: its data, `embed_split`, loss and ru
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from bench.evaluation.classification import classification_scores
 from bench.evaluation.clustering import nmi, nmi_best_of
 from bench.evaluation.metrics import BEST_OF, CLUSTERING, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
+from bench.evaluation.retrieval import RECALL_KS
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
 from bench.util.atomic import atomic_write_text
 from bench.util.registry import Registry
@@ -46,22 +48,25 @@ def retrieval_scores(
     seed: int,
     clustering: str = "full",
     device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> tuple[dict, Scores]:
-    """(R@K, NMI and MAP@R, each query's scores) of a test split as the protocol searches it:
+    """(R@K, NMI, R-Precision and MAP@R, each query's scores) of a test split as the protocol
+    searches it:
     every item among the others (`evaluate`), or, with a gallery, each query (`queries` flags
     them) among the gallery items only (`gallery_metrics`), the scores those of the queries.
     `clustering`: which NMI (`CLUSTERING`, a run's setting). `device`: the search's (None:
-    faiss on the CPU; see `bench.util.torch_knn.search_device`)."""
+    faiss on the CPU; see `bench.util.torch_knn.search_device`). `ks`: the data set's Recall@K
+    (`bench.data.recall_ks`)."""
     if not protocol.gallery:
         found = CLUSTERING[clustering]
-        return evaluate(emb, labels, seed=seed, with_scores=True, device=device, **found)
+        return evaluate(emb, labels, seed=seed, with_scores=True, device=device, ks=ks, **found)
     if queries is None or len(queries) != len(labels):
         raise ValueError(
             "a protocol with a gallery needs the test split's query flags, one per item; this "
             "test split has none (a data set without query and gallery images)"
         )
     flags = np.asarray(queries, dtype=bool)
-    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering, device)
+    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering, device, ks)
 
 
 def gallery_metrics(
@@ -71,21 +76,24 @@ def gallery_metrics(
     seed: int,
     clustering: str = "full",
     device=None,
+    ks: Sequence[int] = RECALL_KS,
 ) -> tuple[dict, Scores]:
-    """R@K and MAP@R of the queries searched in the gallery (`evaluate_gallery`), with their
-    scores; NMI, of one k-means run and the best of 5 as `evaluate` gives them, over the gallery
-    alone (the set a query is searched in: In-Shop's queries are a second view of the gallery's
-    items)."""
+    """R@K, R-Precision and MAP@R of the queries searched in the gallery (`evaluate_gallery`),
+    with their scores; NMI, of one k-means run and the best of 5 as `evaluate` gives them,
+    over the gallery alone (the set a query is searched in: In-Shop's queries are a second
+    view of the gallery's items)."""
     gallery, gallery_labels = emb[~queries], labels[~queries]
     found, scores = evaluate_gallery(
-        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device
-    )
-    metrics = {key: value for key, value in found.items() if key != "map@r"}
+        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device,
+        ks=ks,
+    )  # fmt: skip
+    last = ("r_precision", "map@r")  # after NMI, as `evaluate` orders them
+    metrics = {key: value for key, value in found.items() if key not in last}
     if CLUSTERING[clustering]["clustering"]:
         metrics["nmi"] = nmi(gallery, gallery_labels)
     if CLUSTERING[clustering]["best_of"]:
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
-    metrics["map@r"] = found["map@r"]
+    metrics.update({key: found[key] for key in last})
     return metrics, scores
 
 

@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from bench.data.datasets import query_flags
+from bench.data.recall_ks import recall_ks
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import CLUSTERING, Scores, evaluate
 from bench.models.embed import embed, embedding_loader
@@ -73,7 +74,8 @@ class Trainer:
         self.device = device or default_device()
         self.ranks = ranks_from_env(self.device)
         self.device = local_device(self.device)
-        self.search_device = search_device(self.device)  # None: faiss on the CPU
+        # Where kNN searches (None: faiss on the CPU), and the data set's Recall@K.
+        self.search = {"device": search_device(self.device), "ks": recall_ks(cfg.dataset)}
         self.loader = None  # the training batches' loader, made at the first epoch
         self.loaders: dict[int, DataLoader] = {}  # each split's embedding loader, by id
         self.run_log = RunLog()  # the experiment log (--log) while fit() runs
@@ -193,9 +195,7 @@ class Trainer:
         emb, labels = self.embed_split(self.data.val)
         if not np.isfinite(emb).all():
             raise Diverged(epoch, "validation embeddings", float("nan"))
-        metrics = evaluate(
-            emb, labels, seed=self.cfg.seed, clustering=False, device=self.search_device
-        )
+        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False, **self.search)
         for evaluation in self.evaluations:
             metrics.update(evaluation.validate(self, emb, labels))
         metrics["score"] = self.protocol.score_of(metrics)
@@ -208,9 +208,8 @@ class Trainer:
         emb, labels = self.embed_split(self.data.test)
         queries = query_flags(self.data.test)
         metrics, scores = retrieval_scores(
-            self.protocol, emb, labels, queries, self.cfg.seed, self.cfg.clustering,
-            self.search_device,
-        )  # fmt: skip
+            self.protocol, emb, labels, queries, self.cfg.seed, self.cfg.clustering, **self.search
+        )
         for evaluation in self.evaluations:
             metrics.update(evaluation.test(self, emb, labels, write_tables))
         return metrics, emb, labels, scores
@@ -380,7 +379,7 @@ class Trainer:
         # Table 1).
         clustering = CLUSTERING[self.cfg.clustering]
         train_metrics = evaluate(
-            train, train_labels, seed=self.cfg.seed, device=self.search_device, **clustering
+            train, train_labels, seed=self.cfg.seed, **self.search, **clustering
         )
         metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(
