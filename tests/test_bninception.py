@@ -1,12 +1,15 @@
 """BN-Inception (issue 45, item 2): the layout of the field's published weights (Cadene's
 pretrainedmodels, bn_inception-52deb4733.pth), its pooling per block, its input made from the
 harness's, a state dict of that layout loaded with --pretrained PATH (its sha256 recorded), a
-step of training through the command line, and --pretrained imagenet as a one-line error."""
+step of training through the command line, and --pretrained imagenet fetched once into torch's
+cache (offline: a one-line error)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -206,12 +209,43 @@ def test_it_trains_through_the_command_line_and_records_its_weights(tmp_path):
     assert 0 <= metrics["recall@1"] <= 1
 
 
-def test_imagenet_weights_are_a_one_line_error_naming_the_file(tmp_path):
+def test_imagenet_weights_offline_are_a_one_line_error_naming_the_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+
+    def offline(url, dst, *args, **kwargs):
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", offline)
     out = cli(
         "run", "--loss", "proxy-anchor", "--dataset", DATASET, "--backbone", "bninception",
-        "--pretrained", "imagenet", "--results", tmp_path,
+        "--pretrained", "imagenet", "--results", tmp_path / "results",
     )  # fmt: skip
     assert out.exit_code == 1 and "Traceback" not in out.output, out.output
     line = out.output.splitlines()[-1]
-    assert line.startswith("Error: ") and bni.WEIGHTS_URL in line
-    assert "--pretrained PATH" in line and not list(tmp_path.glob("*"))
+    assert line.startswith("Error: ") and bni.WEIGHTS_URL in line and "no network" in line
+    assert bni.imagenet_file() in line and "--pretrained PATH" in line
+    assert not (tmp_path / "results").exists() and not Path(bni.imagenet_file()).exists()
+
+
+def test_imagenet_weights_are_fetched_once_into_torchs_cache(tmp_path, monkeypatch):
+    """Where there is a network (here a stand-in that serves a file of the published layout):
+    downloaded once into torch's cache, as torchvision's weights are, then read from there."""
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
+    source, fetched = random_network(), []
+    served = published_file(tmp_path / "served.pth", source)
+
+    def download(url, dst, *args, **kwargs):
+        fetched.append(url)
+        shutil.copyfile(served, dst)
+
+    monkeypatch.setattr(torch.hub, "download_url_to_file", download)
+    for _ in range(2):
+        net, dims = bni.build_bninception("imagenet")
+        assert dims == 1024
+    assert fetched == [bni.WEIGHTS_URL]
+    assert bni.imagenet_file() == str(
+        tmp_path / "torch" / "hub" / "checkpoints" / "bn_inception-52deb4733.pth"
+    )
+    got = net[1].state_dict()  # (CaffeInput, BNInception, pooling, flatten)
+    weights = {k: v for k, v in source.state_dict().items() if "num_batches" not in k}
+    assert all(torch.equal(got[k], v) for k, v in weights.items())

@@ -13,6 +13,7 @@ here), every layer an attribute of the network itself, so that such a file loads
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from torch import nn
 
 from bench.models.pooling import pool_layer
 from bench.models.pretrained import load_local_state, read_state_dict
+from bench.util.progress import log
 
 NAME = "bninception"
 WEIGHTS_URL = "http://data.lip6.fr/cadene/pretrainedmodels/bn_inception-52deb4733.pth"
@@ -208,24 +210,45 @@ def build_bninception(
 ) -> tuple[nn.Sequential, int]:
     """(CaffeInput, BNInception, the pooling, flatten) and its feature size, 1024.
 
-    pretrained: "none" (torch's default initialisation) or a PATH to a state dict in the
-    published layout (its `last_linear` dropped); "imagenet" is a one-line error saying where
-    the published file is and to give it as PATH (nothing here downloads it). pooling: of the
-    last map (`bench.models.pooling`). image_size: the crop's side, checked (`check_size`)."""
+    pretrained: "none" (torch's default initialisation), "imagenet" (or "hub": the published
+    file, `fetch_imagenet`) or a PATH to a state dict in the published layout (its
+    `last_linear` dropped). pooling: of the last map (`bench.models.pooling`). image_size: the
+    crop's side, checked (`check_size`)."""
     if image_size is not None:
         check_size(image_size)
-    if pretrained in ("imagenet", "hub"):
-        raise ValueError(
-            f"the harness does not download BN-Inception's ImageNet weights: get {WEIGHTS_URL} "
-            "(Cadene's pretrainedmodels, as Musgrave et al. 2020 and Kim et al. 2020 use them) "
-            "on a machine with a network and give it as --pretrained PATH"
-        )
     net = BNInception()
+    if pretrained in ("imagenet", "hub"):
+        pretrained = fetch_imagenet()
     if pretrained != "none":
         state = published_state(net, read_state_dict(NAME, pretrained))
         load_local_state(net, NAME, pretrained, source="the published layout of", state=state)
     head = nn.Sequential(CaffeInput(), net, pool_layer(pooling), nn.Flatten())
     return head, net.out_channels
+
+
+def imagenet_file() -> str:
+    """Where torch keeps the published ImageNet weights once downloaded (torchvision's too)."""
+    return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(WEIGHTS_URL))
+
+
+def fetch_imagenet() -> str:
+    """The published ImageNet weights' file in torch's cache: there already, or downloaded now
+    (Cadene's pretrainedmodels, as Musgrave et al. 2020 and Kim et al. 2020 use it); a one-line
+    RuntimeError saying where to get it and where to put it where it cannot be had (offline)."""
+    path = imagenet_file()
+    if os.path.isfile(path):
+        return path
+    log.info(f"downloading BN-Inception's ImageNet weights into {path}")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        torch.hub.download_url_to_file(WEIGHTS_URL, path, progress=False)
+    except (OSError, RuntimeError, ValueError) as err:
+        raise RuntimeError(
+            f"BN-Inception's ImageNet weights are not in {path} and could not be downloaded "
+            f"({' '.join(str(err).split())}); get {WEIGHTS_URL} on a machine with a network "
+            "and put it there, or give it as --pretrained PATH"
+        ) from None
+    return path
 
 
 def check_bninception(pretrained: str, image_size: int | None = None) -> None:
