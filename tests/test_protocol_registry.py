@@ -138,9 +138,10 @@ def test_what_each_protocol_declares_to_splits_presets_and_scores():
         (  # Musgrave et al. 2020, as far as a run expresses it
             "sop",
             "metric",
-            dict(dims=128, backbone="googlenet", batch_size=32, m_per_class=4, lr=1e-6,
-                 optimizer="rmsprop", weight_decay=1e-4, momentum=0.9, crop=227,
-                 crop_mode="aspect", val_split="classes", val_fraction=0.25),
+            dict(dims=128, backbone="bninception", freeze_bn=True, batch_size=32, m_per_class=4,
+                 lr=1e-6, optimizer="rmsprop", weight_decay=1e-4, momentum=0.9, crop=227,
+                 crop_mode="aspect", crop_scale="0.16,1", val_split="classes",
+                 val_fraction=0.25),
         ),
         (  # Brown et al. 2020's code
             "inaturalist",
@@ -148,11 +149,12 @@ def test_what_each_protocol_declares_to_splits_presets_and_scores():
             dict(dims=512, backbone="resnet50", batch_size=384, m_per_class=4, lr=1e-5,
                  optimizer="adam", weight_decay=4e-4, epochs=90, crop=224, crop_mode="aspect"),
         ),
-        (  # Kim et al. 2020's code
+        (  # Kim et al. 2020's code (its In-Shop command: --bn-freeze 0)
             "inshop",
             "query-gallery",
-            dict(dims=512, backbone="googlenet", batch_size=180, lr=6e-4, optimizer="adamw",
-                 weight_decay=1e-4, epochs=60, crop=224, val_split="classes"),
+            dict(dims=512, backbone="bninception", batch_size=180, lr=6e-4, optimizer="adamw",
+                 weight_decay=1e-4, epochs=60, crop=224, val_split="classes", pooling="avg+max",
+                 freeze_bn=False, warmup_epochs=1, schedule="step:20,40:0.25"),
         ),
     ],
 )  # fmt: skip

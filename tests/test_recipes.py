@@ -191,7 +191,7 @@ def test_the_pooling_is_the_hand_computation_on_the_feature_map(pooling):
         ({"crop_scale": "0,1", "crop_mode": "aspect"}, "0 < LOW <= HIGH <= 1"),
         ({"crop_scale": "0.5,1.2", "crop_mode": "aspect"}, "bad --crop-scale '0.5,1.2'"),
         ({"freeze_bn": True, "backbone": "small_cnn_gn"}, "small_cnn_gn has no batch-norm"),
-        ({"warmup_epochs": 20}, "--warmup-epochs 20 leaves no epoch of the 20"),
+        ({"warmup_epochs": 20}, "a warm-up of 20 epochs (--warmup-epochs, or the preset's)"),
         ({"embedding_lr": 2.0, "embedding": "gap", "dims": 64}, "a gap embedding has none"),
     ],
 )

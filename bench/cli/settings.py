@@ -10,6 +10,7 @@ from dataclasses import Field, fields
 from typing import Any, Callable, get_type_hints
 
 import click
+from click.core import ParameterSource
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, FiniteFloat
 from bench.data.crop_area import parse_crop_scale
@@ -137,8 +138,9 @@ def setting_option(name: str) -> Callable:
     default = setting.default if extra.get("show_default") else None
     flag = "--" + name.replace("_", "-")
     kind = get_type_hints(RunConfig)[name]
-    if kind is bool:
-        return click.option(flag, is_flag=True, default=default, help=text, **extra)
+    if kind is bool:  # --no-NAME: off where a preset sets it (--no-freeze-bn)
+        flags = f"{flag}/--no-{flag[2:]}"
+        return click.option(flags, name, default=default, help=text, **extra)
     return click.option(flag, type=extra.pop("type", kind), default=default, help=text, **extra)
 
 
@@ -156,12 +158,23 @@ def setting_options(*names: str) -> Callable:
 def settings_from(options: dict[str, Any], names: tuple[str, ...] = ()) -> dict[str, Any]:
     """Take the run settings `names` (none named: all) out of a command's keyword arguments:
     {field: value, or None where not given}. A flag not given is None too (older click gives
-    False), so that the preset decides; a timm backbone's --resize and --crop, where not
-    given, are its own (`backbone_input`)."""
+    False), so that the preset decides, and False where given off (--no-freeze-bn); a timm
+    backbone's --resize and --crop, where not given, are its own (`backbone_input`)."""
     settings = {name: options.pop(name) for name in names or tuple(run_settings())}
     return backbone_input(
-        {name: None if value is False else value for name, value in settings.items()}
+        {
+            name: None if value is False and not given(name) else value
+            for name, value in settings.items()
+        }
     )
+
+
+def given(name: str) -> bool:
+    """Whether the current command's option `name` was given (on the command line or in its
+    environment variable), not left at its default."""
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source(name) if ctx is not None else None
+    return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
 def backbone_input(settings: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """`nngk-bench suite`: a set of losses compared on a data set (by default the core losses on
-glyphs, 3 seeds: reports/), or Liu et al. 2019's strategies. `run` takes the same lists and sets
-(`--loss paper`); the suite is the comparison's own name and defaults."""
+glyphs, 3 seeds: reports/), under a paper preset's settings (`--preset`), or Liu et al. 2019's
+strategies. `run` takes the same lists and sets (`--loss paper`); the suite is the comparison's
+own name and defaults."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ SUITE_SETTINGS = tuple(name for name in run_settings() if name != "preset")
 @click.command()
 @DATASET
 @dims_option(
-    "Default: the data set's preset's (glyphs, digits: 64,512; liu2019: 64, GAP its own size)."
+    "Default: the data set's preset's (glyphs, digits: 64,512; liu2019: 64, GAP its own size; "
+    "proxy-anchor: 512; vit: 384)."
 )
 @seed_option("0,1,2")
 @click.option(
@@ -40,7 +42,8 @@ SUITE_SETTINGS = tuple(name for name in run_settings() if name != "preset")
     type=PresetChoice(),
     default=None,
     help="liu2019: Liu et al. 2019's four selection strategies with FC and GAP embeddings "
-    "(Table 1).",
+    "(Table 1); proxy-anchor, vit: the --losses set under Kim et al. 2020's recipe or the ViT "
+    "track's (`run --help`, --preset).",
 )
 @click.option("--losses", "loss_set", default="paper", show_default=True, help=LOSS_HELP)
 @setting_options(*SUITE_SETTINGS)
@@ -55,14 +58,15 @@ SUITE_SETTINGS = tuple(name for name in run_settings() if name != "preset")
 def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, device, **options):
     """A set of losses compared on DATASET (by default the seven core losses, triplet with
     each miner, on glyphs: the comparison in reports/), 3 seeds each. With --preset liu2019,
-    Liu et al. 2019's strategies with FC and GAP embeddings instead."""
+    Liu et al. 2019's strategies with FC and GAP embeddings instead; with another --preset, the
+    losses under its settings."""
     from bench.cli.run import check_choices
 
     dispatch = dispatch_from(options)
     settings = settings_from(options, SUITE_SETTINGS)
     try:
         check_choices(loss_set, dataset)
-        if preset:
+        if preset == "liu2019":
             if loss_set != "paper":
                 raise ValueError(f"--losses {loss_set}: --preset {preset} runs its own losses")
             # A GAP embedding has its layer's size: --dims applies to the FC runs only.

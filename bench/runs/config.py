@@ -165,7 +165,7 @@ class RunConfig:
         False,
         "The backbone's batch-norm layers keep their running statistics (eval mode while "
         "training) and their scale and shift untrained (Kim et al. 2020's Proxy-Anchor code; "
-        "Musgrave et al. 2020).",
+        "Musgrave et al. 2020). --no-freeze-bn: trained, where a preset freezes them.",
     )
     precision: str = setting(
         "fp32",
@@ -190,7 +190,12 @@ class RunConfig:
     )
     seed: int = setting(0, "The run's seed (run --seed).", option=False)
     preset: str = setting(
-        "", "A paper's settings in place of the protocol's preset (liu2019: Liu et al. 2019)."
+        "",
+        "A paper's settings in place of the protocol's preset: liu2019 (Liu et al. 2019); "
+        "proxy-anchor (Kim et al. 2020's code: BN-Inception, 512-d, GAP + GMP, frozen BN, AdamW, "
+        "a warm-up epoch, lr cuts); vit (ViT-S/16 with DINO weights through timm, 384-d, AdamW, "
+        "as Ermolov et al. 2022 train it). On digits and glyphs: their own preset with the "
+        "paper's embedding size (docs/protocols.md).",
     )
     data_root: str = setting("", "Folder holding the data sets (default: $NNGK_DATA, else ~/data).")
     data_location: str = setting("", "The data's resolved folder or file.", option=False)

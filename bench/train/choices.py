@@ -6,7 +6,8 @@ from __future__ import annotations
 
 # The optimizers of `--optimizer` (bench.train.optimizers builds them).
 OPTIMIZER_NAMES = ("sgd", "adam", "adamw", "rmsprop")
-PRESET_NAMES = ("liu2019",)  # earlier names: bench.runs.config.PRESET_ALIASES
+# The paper presets of `--preset`; their earlier names: bench.runs.config.PRESET_ALIASES.
+PRESET_NAMES = ("liu2019", "proxy-anchor", "vit")
 # The precisions of `--precision` (bench.train.precision applies them).
 PRECISIONS = ("fp32", "bf16", "fp16")
 

@@ -2,63 +2,32 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from bench.data.names import FEATURES_PREFIX, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset
+from bench.train.preset_base import (
+    LARGE_RETRIEVAL,
+    SMALL_NETWORK_NNGK,
+    Preset,
+    paper_nngk,
+    sigma_for_dims,
+)
+from bench.train.recipe_presets import BY_DATASET, INSHOP, SMALL_SETS
 from losses import get_loss_class, is_loss
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A protocol's defaults for one data set; CLI options override them."""
-
-    dims: tuple[int, ...]
-    config: dict[str, Any]
-    loss_params: dict[str, dict[str, Any]] = field(default_factory=dict)
-    loss_config: dict[str, dict[str, Any]] = field(default_factory=dict)  # e.g. a loss's lr
-
-
-def sigma_for_dims(dims: int) -> float:
-    """NNGK's sigma for the image protocols: the paper finds 10 to 30 good for 64 to 1024
-    dimensions; squared distances grow with the number of dimensions, so sigma grows with it,
-    interpolated log-linearly from 10 at 64 to 30 at 1024 (and on beyond)."""
-    return round(10.0 * (dims / 64) ** (math.log(3) / math.log(16)), 2)
-
-
-# NNGK on a network trained from scratch (digits, glyphs, feature heads, the Tiny ImageNet
-# pair-verification report's network, and a paper protocol run with --pretrained none): sigma 1
-# suits the scale such an embedding takes (the paper's 10 to 100, meant for ImageNet networks, leave
-# its kernels flat: issue 14), a refresh every epoch.
-SMALL_NETWORK_NNGK = {"sigma": 1.0, "k": 100, "update_interval": 1}
 
 # A paper preset's learning rate (1e-5, Meyer et al. 2018) fine-tunes an ImageNet network; the same
 # network trained from scratch (--pretrained none) barely moves at it. Such a run takes 3e-4
 # unless --lr is given, chosen here on a folder of 28-px glyphs (20 classes x 20, small CNN,
 # NNGK, 30 epochs): the training loss fell 6.5 % at 1e-5, 40 % at 3e-4, and at 1e-3 it fell 60 %
 # by epoch 22 and then grew 400-fold as the embedding outran its centres (weight decay 5e-4
-# did not stop it).
-FROM_SCRATCH = {"lr": 3e-4}
-
-
-def paper_nngk(sigma: Any) -> dict[str, Any]:
-    """The paper's NNGK settings (sigma, 100 neighbours, a refresh every 10 epochs) for a
-    pretrained network, as the paper's; the from-scratch settings for a random init."""
-
-    def pick(name: str) -> Any:
-        def value(dims: int, cfg: RunConfig) -> Any:
-            if cfg.pretrained == "none":
-                return SMALL_NETWORK_NNGK[name]
-            paper = {"sigma": sigma, "k": 100, "update_interval": 10}[name]
-            return paper(dims) if callable(paper) else paper
-
-        return value
-
-    return {name: pick(name) for name in SMALL_NETWORK_NNGK}
+# did not stop it). Unless given, its batch norm trains (the statistics a preset freezes are an
+# ImageNet network's; a random init's mean nothing) and no warm-up epoch holds the backbone still
+# (it keeps a pretrained network from the new layers' first gradients).
+FROM_SCRATCH = {"lr": 3e-4, "freeze_bn": False, "warmup_epochs": 0}
 
 
 # digits (8x8, 5 training classes, ~720 training images): a small CNN trains an epoch in about a
@@ -148,34 +117,25 @@ PAIRS = Preset(
 )
 
 
-# What the large retrieval sets' presets share: an ImageNet network, 4 images a class, resize 256
-# with random-resized crops (224 unless said), validation on held-out training classes.
-LARGE_RETRIEVAL = dict(
-    pretrained="imagenet",
-    m_per_class=4,
-    resize=256,
-    crop=224,
-    crop_mode="aspect",
-    val_split="classes",
-    val_fraction=0.2,
-)
-
 # Stanford Online Products under the metric protocol, with its published split: the settings of
-# Musgrave et al. 2020 ("A Metric Learning Reality Check", its code powerful-benchmarker) as far as
-# a run expresses them: an ImageNet network with a 128-d linear embedding (one of its four
-# models), batches of 32 = 8 classes x 4, RMSprop lr 1e-6, weight decay 1e-4, momentum 0.9,
-# random-resized 227 crops of the image resized to 256 and mirrored, the centre 227 crop to
-# evaluate; validation on held-out training classes, a quarter of them as each of its four
-# class folds holds (here the last quarter). A run cannot express: BN-Inception (GoogLeNet,
-# Inception v1 with batch norm in torchvision, stands in), frozen batch-norm statistics, crops
-# of 16-100 % of the area (the harness takes 8-100 %), four models trained on the four folds
-# and their 512-d concatenation tested, early stopping on validation (the best of 30 epochs is
-# tested instead).
+# Musgrave et al. 2020 ("A Metric Learning Reality Check", its code powerful-benchmarker, branch
+# metric-learning: its default configs, config_models, config_general, config_optimizers and
+# config_transforms) as far as a run expresses them: ImageNet BN-Inception (its published weights,
+# fetched once or given as --pretrained PATH: docs/protocols.md) with a 128-d linear embedding (one
+# of its four models), its batch-norm statistics frozen (freeze_trunk_batchnorm), batches of 32 = 8
+# classes x 4, RMSprop lr 1e-6, weight decay 1e-4, momentum 0.9, random-resized 227 crops of 16-100
+# % of the area of the image resized to 256, mirrored, the centre 227 crop to evaluate; validation
+# on held-out training classes, a quarter of them as each of its four class folds holds (here the
+# last quarter). A run cannot express: four models trained on the four folds and their 512-d
+# concatenation tested, early stopping on validation (here the best of 30 epochs is tested; their
+# epoch is 100 iterations), batch norm's scale and shift still trained (their frozen batch norm is
+# the layers' eval mode alone; --freeze-bn holds them too).
 REALITY_CHECK_SOP = Preset(
     dims=(128,),
     config=dict(
         LARGE_RETRIEVAL,
-        backbone="googlenet",
+        backbone="bninception",
+        freeze_bn=True,
         epochs=30,
         batch_size=32,
         optimizer="rmsprop",
@@ -183,6 +143,7 @@ REALITY_CHECK_SOP = Preset(
         weight_decay=1e-4,
         momentum=0.9,
         crop=227,
+        crop_scale="0.16,1",
         val_fraction=0.25,
     ),
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
@@ -208,29 +169,6 @@ INATURALIST = Preset(
     ),
     loss_params={"nngk": paper_nngk(sigma_for_dims)},
 )
-
-# In-Shop under the query-gallery protocol: the settings of Kim et al. 2020's Proxy-Anchor code
-# (tjddus9597/Proxy-Anchor-CVPR2020, its README's In-Shop command and train.py's defaults), the
-# field's usual In-Shop recipe: an ImageNet network with a 512-d embedding, batches of 180, AdamW
-# lr 6e-4, weight decay 1e-4, 60 epochs, random-resized 224 crops and mirroring, resize 256 and
-# the centre 224 crop to evaluate; class-balanced losses 4 images an item. A run cannot express:
-# BN-Inception (GoogLeNet stands in), the lr cut by 0.25 every 20 epochs, a first epoch training
-# the embedding layer alone. They choose the epoch on the test's R@1; here validation holds out a
-# fifth of the training items instead.
-INSHOP = Preset(
-    dims=(512,),
-    config=dict(
-        LARGE_RETRIEVAL,
-        backbone="googlenet",
-        epochs=60,
-        batch_size=180,
-        optimizer="adamw",
-        lr=6e-4,
-        weight_decay=1e-4,
-    ),
-    loss_params={"nngk": paper_nngk(sigma_for_dims)},
-)
-
 
 # Cached feature vectors (`features:PATH.npz`, e.g. VGG16 FC7): any loss trains a small head
 # (one hidden layer, then the embedding layer) in minutes on a CPU; the digits preset's
@@ -266,7 +204,27 @@ LIU2019 = Preset(
 # small_cnn's GAP layer has 64 dims, so FC and GAP embeddings compare at the same size.
 LIU2019_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
 LIU2019_GLYPHS = replace(GLYPHS, dims=(64,), config={**GLYPHS.config, "batch_size": 128})
-PRESETS = {"liu2019": (LIU2019, {"digits": LIU2019_DIGITS, "glyphs": LIU2019_GLYPHS})}
+
+
+def with_small_sets(name: str) -> tuple[Preset, dict[str, Preset]]:
+    """A recipe's presets (`bench.train.recipe_presets.BY_DATASET`), and on the built-in sets
+    their own with what the recipe gives them (`SMALL_SETS`)."""
+    images, by_dataset = BY_DATASET[name]
+    dims, settings = SMALL_SETS[name]
+    small = {
+        dataset: replace(preset, dims=dims, config={**preset.config, **settings})
+        for dataset, preset in (("digits", DIGITS), ("glyphs", GLYPHS))
+    }
+    return images, {**by_dataset, **small}
+
+
+# The named presets (`--preset`): a paper's settings in place of the protocol's preset; the
+# field's recipes (Kim et al. 2020's Proxy-Anchor recipe, the ViT track) from
+# bench.train.recipe_presets.
+PRESETS = {
+    "liu2019": (LIU2019, {"digits": LIU2019_DIGITS, "glyphs": LIU2019_GLYPHS}),
+    **{name: with_small_sets(name) for name in BY_DATASET},
+}
 # The protocols' presets on image data sets, by the name a protocol declares (Protocol.preset),
 # with the data sets that differ (classify: their validation share).
 PROTOCOL_PRESETS = {

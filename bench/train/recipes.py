@@ -44,7 +44,8 @@ class Recipe:
         self.cfg, self.model = cfg, model
         if cfg.freeze_bn and not batch_norms(model.backbone):  # a timm ViT's, say
             raise ValueError(
-                f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn"
+                f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn "
+                "(a preset's: give --no-freeze-bn)"
             )
         if cfg.freeze_bn:
             for layer in batch_norms(model.backbone):
@@ -90,7 +91,8 @@ def check_recipe(cfg: RunConfig) -> None:
     if cfg.freeze_bn and cfg.backbone in WITHOUT_BATCH_NORM:
         raise ValueError(
             f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn "
-            "or use a backbone with them (small_cnn, googlenet, the ResNets, mlp)"
+            "(a preset's: give --no-freeze-bn) or use a backbone with them (small_cnn, "
+            "bninception, googlenet, the ResNets, mlp)"
         )
     check_embedding_layer(cfg)
 
@@ -99,8 +101,9 @@ def check_embedding_layer(cfg: RunConfig) -> None:
     """Warm-up epochs fewer than the run's, and they and --embedding-lr on an embedding layer."""
     if not 0 <= cfg.warmup_epochs < cfg.epochs:
         raise ValueError(
-            f"--warmup-epochs {cfg.warmup_epochs} leaves no epoch of the {cfg.epochs} to train "
-            "the backbone; give 0 or more, fewer than --epochs"
+            f"a warm-up of {cfg.warmup_epochs} epochs (--warmup-epochs, or the preset's) leaves "
+            f"no epoch of the {cfg.epochs} to train the backbone; give --warmup-epochs 0 or "
+            "more, fewer than --epochs, or more --epochs"
         )
     if not cfg.embedding_lr > 0:
         raise ValueError(f"--embedding-lr {cfg.embedding_lr:g}: give a positive multiple")
