@@ -262,6 +262,7 @@ def workspace(tmp_path_factory):
         patch.setenv("NNGK_DATA", str(home / "data"))
         patch.setattr(torch.hub, "get_dir", lambda: str(home / "hub"))
         patch.setattr(weights_api, "load_state_dict_from_url", offline)
+        patch.setattr(torch.hub, "download_url_to_file", offline)  # BN-Inception's weights
         # One thread each for torch and faiss: on a loaded machine their OpenMP threads wait
         # for one another spinning, which made this test four times as slow.
         patch.setenv("NNGK_FAISS_THREADS", "1")
