@@ -64,17 +64,17 @@ def test_recall_at_a_data_sets_ks_from_the_one_search(monkeypatch):
     assert found["recall@1"] == default["recall@1"]
 
 
-def runs_of_two_versions(results, seeds=3):
-    """SOP runs of an earlier version (R@1/2/4/8, no R-Precision) and of today (SOP's own Ks
-    and R-Precision), both with their saved test embeddings."""
+def runs_of_two_versions(results, seeds=3, old_contrastive=True):
+    """SOP runs of contrastive by an earlier version (R@1/2/4/8, no R-Precision; unless not
+    `old_contrastive`) and of triplet by today's (SOP's own Ks and R-Precision), both with their
+    saved test embeddings."""
     rng = np.random.default_rng(7)
     labels = np.repeat(np.arange(10), 12)
     centres = rng.normal(size=(10, 8))
     for seed in range(seeds):
-        for loss, noise, ks, old in (("contrastive", 0.6, (1, 2, 4, 8), True),
-                                     ("triplet", 1.4, SOP_KS, False)):  # fmt: skip
+        for loss, noise, old in (("contrastive", 0.6, old_contrastive), ("triplet", 1.4, False)):
             emb = (centres[labels] + rng.normal(0, noise, (120, 8))).astype(np.float32)
-            metrics = evaluate(emb, labels, ks=ks)
+            metrics = evaluate(emb, labels, ks=(1, 2, 4, 8) if old else SOP_KS)
             if old:
                 metrics.pop("r_precision")
             arrays = {"test_embeddings.npz": (emb, labels)}
@@ -136,3 +136,13 @@ def test_a_run_is_scored_again_at_the_ks_it_recorded(tmp_path):
     names = {run: list(run_query_scores(run)) for run in (old, new)}
     assert names[old][:4] == ["recall@1", "recall@2", "recall@4", "recall@8"]
     assert names[new][:4] == [f"recall@{k}" for k in SOP_KS]
+
+
+def test_the_legend_names_what_its_marks_compare(tmp_path):
+    runs_of_two_versions(tmp_path / "mixed")
+    runs_of_two_versions(tmp_path / "today", old_contrastive=False)
+    for name in ("mixed", "today"):
+        write_report(tmp_path / name, tmp_path / f"{name}-report")
+    mixed = (tmp_path / "mixed-report" / "sop.md").read_text()
+    assert "R@K and MAP@R only" in mixed and "R-Precision and MAP@R only" not in mixed
+    assert "R@K, R-Precision and MAP@R only" in (tmp_path / "today-report" / "sop.md").read_text()

@@ -210,14 +210,16 @@ def untested_note(
 def significance_note(differences: pd.DataFrame) -> str:
     refs = differences.groupby("dims")["reference"].agg(lambda r: ", ".join(sorted(set(r))))
     named = "; ".join(f"{d}-d: {names}" for d, names in refs.items())
+    # Runs recorded R-Precision from issue 45 on; tables of earlier runs read as they did.
+    marked = "R@K, R-Precision" if "r_precision" in set(differences["metric"]) else "R@K"
     return (
         "▲/▼: significantly above/below the reference row of its size and column "
         f"(`report --reference`, else the column's best trained row; {named}), by a "
         f"bootstrap over test queries and seeds ({REPLICATES:,} replicates, 95 %) confirmed "
         f"by Welch's t-test over the seeds (p < 0.05); only between rows of {MIN_SEEDS} seeds "
         "or more (a row of one seed is never marked: another seed moves it more than its test "
-        "queries do); **bold**: the best row of a column, significantly above the second. R@K "
-        "and MAP@R only: NMI has no per-query score. "
+        "queries do); **bold**: the best row of a column, significantly above the second. "
+        f"{marked} and MAP@R only: NMI has no per-query score. "
     )
 
 
