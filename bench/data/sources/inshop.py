@@ -32,7 +32,7 @@ SOURCE = (
     "the DeepFashion In-shop Clothes Retrieval Benchmark "
     "(https://mmlab.ie.cuhk.edu.hk/projects/DeepFashion/InShopRetrieval.html)"
 )
-# Its own Recall@K, as the field's In-Shop tables report it (Kim et al. 2020, Table 3).
+# Its own Recall@K, the field's In-Shop columns (Kim et al. 2020's code computes them and R@50).
 RECALL_KS = (1, 10, 20, 30, 40)
 FOLDERS = ("In-shop Clothes Retrieval Benchmark", "Inshop_Clothes")
 PARTITION = "Eval/list_eval_partition.txt"

@@ -27,7 +27,7 @@ from bench.data.sources.base import (
 
 NAME = "sop"
 SOURCE = "Stanford (https://cvgl.stanford.edu/projects/lifted_struct/)"
-# Its own Recall@K, as Song et al. 2016 (Table 3) and the field's SOP tables report it.
+# Its own Recall@K, as Song et al. 2016 and the field's SOP tables report it.
 RECALL_KS = (1, 10, 100, 1000)
 FOLDER = "Stanford_Online_Products"
 FILES = {"train": "Ebay_train.txt", "test": "Ebay_test.txt"}
