@@ -202,6 +202,16 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
             emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
         )
         assert {k: base[k] for k in expected} == pytest.approx(expected, abs=1e-6), baseline.name
+    # The report's table shows In-Shop's own Recall@K and R-Precision beside MAP@R.
+    report = CliRunner().invoke(
+        main, ["report", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "out")]
+    )
+    assert report.exit_code == 0, report.output
+    (table,) = (tmp_path / "out").glob("inshop-????????-query-gallery.md")
+    header = next(line for line in table.read_text().splitlines() if line.startswith("| loss"))
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    shown = ["R@1", "R@10", "R@20", "R@30", "R@40", "NMI", "R-Prec.", "MAP@R"]
+    assert columns[columns.index("R@1") : columns.index("MAP@R") + 1] == shown
 
 
 def test_a_gallery_protocol_searches_queries_in_the_gallery_only():
@@ -242,13 +252,3 @@ def test_a_features_file_under_the_query_gallery_protocol_is_refused(tmp_path: P
     assert len(load_dataset(f"features:{path}", "metric").test) == 8
     with pytest.raises(ValueError, match="has no query images: a features file's split is train"):
         load_dataset(f"features:{path}", "query-gallery")
-    # The report's table shows In-Shop's own Recall@K and R-Precision beside MAP@R.
-    report = CliRunner().invoke(
-        main, ["report", "--results", str(tmp_path / "r"), "--out", str(tmp_path / "out")]
-    )
-    assert report.exit_code == 0, report.output
-    (table,) = (tmp_path / "out").glob("inshop-query-gallery-????????.md")
-    header = next(line for line in table.read_text().splitlines() if line.startswith("| loss"))
-    columns = [c.strip() for c in header.strip("|").split("|")]
-    shown = ["R@1", "R@10", "R@20", "R@30", "R@40", "NMI", "R-Prec.", "MAP@R"]
-    assert columns[columns.index("R@1") : columns.index("MAP@R") + 1] == shown
