@@ -84,3 +84,35 @@ def test_a_run_without_clustering_is_reported_with_no_nmi(tmp_path):
         zip(map(str.strip, header.split("|")), map(str.strip, row.split("|")), strict=True)
     )
     assert cells["NMI"] == "-" and cells["MAP@R"] not in ("", "-")
+
+
+def test_k_means_runs_on_the_test_split_alone(tmp_path, monkeypatch):
+    """The untrained network's test (the report reads its MAP@R) and the training split (Liu et
+    al. 2019 compare R@1) are scored without k-means: on SOP's shape each k-means took several
+    times the search. The run's test and both baselines keep theirs (`--clustering full`)."""
+    import bench.evaluation.clustering as clustering
+
+    sizes = []
+    real = clustering.kmeans_assign
+
+    def counted(x, n_clusters, **options):
+        sizes.append(len(x))
+        return real(x, n_clusters, **options)
+
+    monkeypatch.setattr(clustering, "kmeans_assign", counted)
+    results = tmp_path / "results"
+    args = ["--dataset", "glyphs:classes=20,instances=12", "--epochs", "1", "--dims", "8"]
+    out = cli("run", "--loss", "contrastive", *args, "--results", results)
+    assert out.exit_code == 0, out.output
+    (run,) = results.glob("*-contrastive-*")
+    metrics = json.loads((run / "metrics.json").read_text())
+    test_items = len(np.load(run / "test_embeddings.npz")["labels"])
+    train_items = len(np.load(run / "train_embeddings.npz")["labels"])
+    assert test_items != train_items
+    # PML's k-means and the best of 5 restarts, for each baseline and the run's test.
+    assert sizes == [test_items] * 6
+    assert {"nmi", "nmi_best_of_5"} <= set(metrics)
+    assert not [k for k in metrics["untrained_network"] if "nmi" in k]
+    assert not [k for k in metrics if k.startswith("train_nmi")]
+    assert {"train_recall@1", "train_map@r"} <= set(metrics)
+    assert "map@r" in metrics["untrained_network"]
