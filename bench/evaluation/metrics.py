@@ -26,11 +26,17 @@ METRIC_KEYS = tuple(f"recall@{k}" for k in RECALL_KS) + ("nmi", "map@r")
 RECALL_KEY = re.compile(r"recall@(\d+)")
 
 
+def recall_k(key: str) -> int | None:
+    """The K of a `recall@K` metric key; None for any other key (`train_recall@1` included)."""
+    found = RECALL_KEY.fullmatch(key)
+    return int(found[1]) if found else None
+
+
 def retrieval_keys(keys: Iterable[str]) -> list[str]:
     """The evaluator's metrics among `keys`, in a table's order: R@K by K, NMI, R-Precision,
     MAP@R (a run records its data set's Ks: `bench.data.recall_ks`)."""
     keys = set(keys)
-    recalls = sorted((k for k in keys if RECALL_KEY.fullmatch(k)), key=lambda k: int(k[7:]))
+    recalls = sorted((k for k in keys if recall_k(k) is not None), key=recall_k)
     return [*recalls, *(k for k in ("nmi", R_PRECISION, "map@r") if k in keys)]
 
 
@@ -66,7 +72,7 @@ def evaluate(
     search in torch on it (`device_retrieval`); None: faiss on the CPU."""
     labels = np.asarray(labels)
     scores = query_scores(embeddings, labels, chunk, device, ks)
-    metrics = {key: float(v.mean()) for key, v in scores.items() if RECALL_KEY.fullmatch(key)}
+    metrics = {key: float(v.mean()) for key, v in scores.items() if recall_k(key) is not None}
     if clustering:
         said = announce_kmeans(embeddings, labels, BEST_OF if best_of else 0)
         start = time.perf_counter()

@@ -8,7 +8,6 @@ the same bytes.
 from __future__ import annotations
 
 import io
-import re
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -24,7 +23,9 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator, NullLocator  # noqa: E402
 
+from bench.evaluation.metrics import recall_k  # noqa: E402
 from bench.report.colours import hue_colours, line_colours, method_colour  # noqa: E402
+from bench.report.table_format import column_label  # noqa: E402
 
 DPI = 100
 PANEL = (4.2, 3.6)  # inches per panel
@@ -70,13 +71,6 @@ def png_bytes(fig: Figure) -> bytes:
     finally:
         plt.close(fig)
     return buf.getvalue()
-
-
-def _label(metric: str) -> str:
-    recall = re.fullmatch(r"recall@(\d+)", metric)
-    if recall:
-        return f"R@{recall[1]}"
-    return {"nmi": "NMI", "map@r": "MAP@R"}.get(metric, metric)
 
 
 def _log2_axis(ax: Axes, values: Sequence[float]) -> None:
@@ -161,14 +155,12 @@ def recall_at_k_curves(df: pd.DataFrame, line: str = "dims") -> bytes:
     Columns: method, dims (or `line`) and recall@K for any K; rows are runs, lines are mean
     and sd over the runs (seeds) of a method and line.
     """
-    recalls = sorted(
-        (c for c in df.columns if re.fullmatch(r"recall@\d+", c)), key=lambda c: int(c[7:])
-    )
+    recalls = sorted((c for c in df.columns if recall_k(c) is not None), key=recall_k)
     if not recalls:
         raise ValueError("the table lacks recall@K columns")
     _require(df, ["method", line])
     long = df.melt(id_vars=["method", line], value_vars=recalls, var_name="K", value_name="R")
-    long["K"] = long["K"].str[7:].astype(int)
+    long["K"] = long["K"].map(recall_k).astype(int)
     if line == "dims":
         values = [str(s) for s in sorted(long["dims"].astype(int).unique())]
         long["dims"] = long["dims"].astype(int).astype(str)
@@ -238,10 +230,10 @@ def metrics_vs_dims(
                     if not pd.isna(values.get(metric, np.nan)):
                         ax.axhline(values[metric], color="gray", linestyle=style, label=label)
                 _log2_axis(ax, df["dims"].unique())
-                title = f"{_label(metric)} against embedding size"
+                title = f"{column_label(metric)} against embedding size"
                 if value:
                     title = "\n".join([title, *textwrap.wrap(str(value), TITLE_WIDTH)])
-                ax.set(ylabel=_label(metric), title=title)
+                ax.set(ylabel=column_label(metric), title=title)
         figure_legend(fig, axes, "outside right upper")
         return png_bytes(fig)
 
@@ -285,8 +277,8 @@ def neighbours_effect(df: pd.DataFrame, metric: str) -> bytes:
         fig, (ax,) = subplots(1)
         mean_sd_lines(ax, df, "k", metric, hue, order)
         _log2_axis(ax, df["k"].unique())
-        ax.set(xlabel="neighbours k", ylabel=_label(metric))
-        ax.set_title(f"{_label(metric)} against neighbours k")
+        ax.set(xlabel="neighbours k", ylabel=column_label(metric))
+        ax.set_title(f"{column_label(metric)} against neighbours k")
         return png_bytes(fig)
 
 

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from bench.evaluation.metrics import RECALL_KEY, evaluate, evaluate_gallery
+from bench.evaluation.metrics import evaluate, evaluate_gallery, recall_k
 from bench.report.fold_ranks import CONCATENATED, SEPARATE, ranked_files
 from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.report.runs import column_or_nan, shown_metrics, trained_runs
@@ -62,7 +62,7 @@ def concatenated_metrics(
         parts.append(l2_normalised(emb))
     joined = np.hstack(parts)
     queries = saved_query_flags(runs["path"].iloc[0])
-    ks = [int(m[7:]) for m in shown if RECALL_KEY.fullmatch(m)]
+    ks = [k for k in map(recall_k, shown) if k is not None]
     if queries is None:
         found = evaluate(joined, labels, seed=seed, best_of=False, ks=ks)
     else:

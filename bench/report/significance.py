@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from bench.evaluation.metrics import RECALL_KEY, retrieval_keys
+from bench.evaluation.metrics import recall_k, retrieval_keys
 from bench.evaluation.retrieval import RECALL_KS, gallery_scores, query_scores
 from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.runs import store
@@ -67,7 +67,7 @@ def recorded_ks(run_dir: Path) -> tuple[int, ...]:
         metrics = store.read_metrics(run_dir)
     except ValueError:
         return RECALL_KS
-    ks = sorted(int(key[7:]) for key in metrics if RECALL_KEY.fullmatch(key))
+    ks = sorted(k for k in map(recall_k, metrics) if k is not None)
     return tuple(ks) or RECALL_KS
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pandas as pd
 from tabulate import tabulate
 
+from bench.evaluation.metrics import recall_k
 from bench.protocols import protocol_columns
 from bench.report.reference import reference_rows
 from bench.report.runs import format_value
@@ -31,9 +32,8 @@ COLUMNS = {
 
 def column_label(metric: str) -> str:
     """A metric's column header: R@K for any K (a data set's own Ks), else COLUMNS'."""
-    if metric.startswith("recall@") and metric[7:].isdigit():
-        return f"R@{metric[7:]}"
-    return COLUMNS.get(metric, metric)
+    k = recall_k(metric)
+    return f"R@{k}" if k is not None else COLUMNS.get(metric, metric)
 
 
 FLOAT = "%.6f"
