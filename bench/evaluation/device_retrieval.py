@@ -30,10 +30,11 @@ def device_scores(
     ks: Sequence[int],
     bar: tqdm | None = None,
     cells: int = CELLS,
-) -> dict[str, np.ndarray]:
+) -> np.ndarray:
     """R@K (for each K of `ks`), R-Precision and AP@R of each query in `base` (with
-    `exclude_self`, base row i is query i); R: each query's matches in the base. NaN
-    R-Precision and AP@R where R is 0; `cells`: distances a chunk holds."""
+    `exclude_self`, base row i is query i), a row each in that order (the names:
+    `retrieval.score_names`); R: each query's matches in the base. NaN R-Precision and AP@R
+    where R is 0; `cells`: distances a chunk holds."""
     search = TorchSearch(base, device)
     extra = int(exclude_self)
     top = min(max(ks), len(base) - extra)
@@ -60,8 +61,7 @@ def device_scores(
             found[-2:, rows] = torch.stack(precision_and_ap(same, r_all[rows]))
             if bar is not None:
                 bar.update(stop - start)
-    names = [f"recall@{k}" for k in ks] + ["r_precision", "map@r"]
-    return dict(zip(names, found.cpu().numpy(), strict=True))
+    return found.cpu().numpy()
 
 
 def precision_and_ap(same: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

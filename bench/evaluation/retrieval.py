@@ -251,7 +251,7 @@ def _scores(
         return _chunked_scores(*args)
     with searching_bar(len(queries)) as bar:
         args = (queries, query_codes, base, base_codes, r, exclude_self, device, ks, bar)
-        return device_scores(*args)
+        return dict(zip(score_names(ks), device_scores(*args), strict=True))
 
 
 def gallery_scores(

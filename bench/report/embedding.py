@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from bench.evaluation.metrics import retrieval_keys
+from bench.evaluation.retrieval import R_PRECISION
 from bench.report import figures
 from bench.report.answer import answer_text
 from bench.report.reference import reference_rows
@@ -211,7 +212,7 @@ def significance_note(differences: pd.DataFrame) -> str:
     refs = differences.groupby("dims")["reference"].agg(lambda r: ", ".join(sorted(set(r))))
     named = "; ".join(f"{d}-d: {names}" for d, names in refs.items())
     # Runs recorded R-Precision from issue 45 on; tables of earlier runs read as they did.
-    marked = "R@K, R-Precision" if "r_precision" in set(differences["metric"]) else "R@K"
+    marked = "R@K, R-Precision" if R_PRECISION in set(differences["metric"]) else "R@K"
     return (
         "▲/▼: significantly above/below the reference row of its size and column "
         f"(`report --reference`, else the column's best trained row; {named}), by a "

@@ -17,7 +17,7 @@ from bench.evaluation.classification import classification_scores
 from bench.evaluation.clustering import nmi, nmi_best_of
 from bench.evaluation.metrics import BEST_OF, CLUSTERING, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
-from bench.evaluation.retrieval import RECALL_KS
+from bench.evaluation.retrieval import R_PRECISION, RECALL_KS
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
 from bench.util.atomic import atomic_write_text
 from bench.util.registry import Registry
@@ -87,7 +87,7 @@ def gallery_metrics(
         emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device,
         ks=ks,
     )  # fmt: skip
-    last = ("r_precision", "map@r")  # after NMI, as `evaluate` orders them
+    last = (R_PRECISION, "map@r")  # after NMI, as `evaluate` orders them
     metrics = {key: value for key, value in found.items() if key not in last}
     if CLUSTERING[clustering]["clustering"]:
         metrics["nmi"] = nmi(gallery, gallery_labels)
