@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from bench.models.pooling import pool_layer
-from bench.models.pretrained import load_local_state, read_state_dict
+from bench.models.pretrained import load_local_state, one_line, read_state_dict
 from bench.util.progress import log
 
 NAME = "bninception"
@@ -245,7 +245,7 @@ def fetch_imagenet() -> str:
     except (OSError, RuntimeError, ValueError) as err:
         raise RuntimeError(
             f"BN-Inception's ImageNet weights are not in {path} and could not be downloaded "
-            f"({' '.join(str(err).split())}); get {WEIGHTS_URL} on a machine with a network "
+            f"({one_line(err)}); get {WEIGHTS_URL} on a machine with a network "
             "and put it there, or give it as --pretrained PATH"
         ) from None
     return path

@@ -21,7 +21,7 @@ _PRETRAINED_HINT = (
 _RESAVE = "re-save the weights alone with torch.save(model.state_dict(), PATH)"
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
@@ -55,7 +55,7 @@ def fetch_imagenet(name: str) -> None:
     except (OSError, RuntimeError, ValueError) as err:
         raise RuntimeError(
             f"ImageNet weights for {name} are not in {path} and could not be downloaded "
-            f"({_one_line(err)}); put that file there, or give --pretrained PATH (a state "
+            f"({one_line(err)}); put that file there, or give --pretrained PATH (a state "
             "dict) or --pretrained none (random init)"
         ) from None
 
@@ -78,7 +78,7 @@ def _load_imagenet(name: str) -> nn.Module:
     except (OSError, RuntimeError) as err:
         hub_dir = os.path.join(torch.hub.get_dir(), "checkpoints")
         raise RuntimeError(
-            f"could not fetch ImageNet weights {weights} for {name} ({_one_line(err)}); "
+            f"could not fetch ImageNet weights {weights} for {name} ({one_line(err)}); "
             f"pass --pretrained PATH with a local state dict, or put the weights file "
             f"into {hub_dir}"
         ) from err
