@@ -91,7 +91,10 @@ def test_gallery_scores_agree_with_faiss():
 def test_evaluate_on_a_device_gives_the_cpu_metrics():
     x, labels = skewed(1000, 100, seed=2)
     on_device = evaluate(x, labels, device="cpu", best_of=False)
-    assert on_device == pytest.approx(evaluate(x, labels, best_of=False), abs=1e-6)
+    on_cpu = evaluate(x, labels, best_of=False)
+    # NMI comes from torch's k-means there: another seed's clusters (tests/test_torch_kmeans.py).
+    assert on_device.pop("nmi") == pytest.approx(on_cpu.pop("nmi"), abs=0.02)
+    assert on_device == pytest.approx(on_cpu, abs=1e-6)
 
 
 def test_a_run_on_the_cpu_searches_with_faiss_as_before(monkeypatch):
@@ -108,6 +111,7 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     # the device, which searches with torch there.
     import json
 
+    import bench.evaluation.clustering as clustering
     import bench.evaluation.retrieval as retrieval
     import bench.train.baseline
     import bench.train.trainer
@@ -124,12 +128,23 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
         return real(*given, **kw)
 
     monkeypatch.setattr(retrieval, "device_scores", device_scores)
+    clustered = []
+    real_kmeans = clustering.torch_kmeans_assign
+
+    def torch_kmeans_assign(x, k, device, **options):
+        clustered.append(device)
+        return real_kmeans(x, k, device, **options)
+
+    monkeypatch.setattr(clustering, "torch_kmeans_assign", torch_kmeans_assign)
     for module in (bench.train.trainer, bench.train.baseline):
         monkeypatch.setattr(module, "search_device", lambda device: torch.device("cpu"))
     assert cli(*args, "--results", tmp_path / "torch").exit_code == 0
     # Both baselines' tests; the run's untrained network's test (MAP@R at init), its epoch's
     # validation, its test and its training split.
     assert searched == [torch.device("cpu")] * 6
+    # k-means there too, for NMI, in the three tests that compute it (one run and the best of
+    # 5 each): another seed's clusters than faiss's, so NMI is not compared below.
+    assert clustered == [torch.device("cpu")] * 6
     # The same embeddings, searched by faiss and by torch: the same metrics but for near-ties,
     # two items whose float32 distances the two products round apart in the last bit, which
     # may come in either order (docs/metrics.md). One such swap moves one query's AP@R, and
@@ -137,7 +152,7 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     for folder in (tmp_path / "faiss").iterdir():
         ours = json.loads((tmp_path / "torch" / folder.name / "metrics.json").read_text())
         theirs = json.loads((folder / "metrics.json").read_text())
-        for key in ("recall@1", "recall@8", "map@r", "nmi", "train_map@r"):
+        for key in ("recall@1", "recall@8", "map@r", "train_map@r"):
             assert ours.get(key) == pytest.approx(theirs.get(key), abs=2e-3), (folder, key)
         if (folder / "test_embeddings.npz").is_file():
             mine = np.load(tmp_path / "torch" / folder.name / "test_embeddings.npz")

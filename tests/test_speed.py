@@ -264,6 +264,25 @@ def test_the_device_search_row_times_the_harness_against_a_bare_torch_search():
     assert row["MAP@R harness"] == pytest.approx(row["MAP@R bare"], abs=1e-6)
 
 
+def test_the_device_kmeans_row_times_faiss_against_torch_with_both_nmis(monkeypatch):
+    import bench.evaluation.clustering as clustering
+    from bench.speed.device_search import device_kmeans_benchmark
+    from bench.speed.scale import skewed_set
+
+    calls = []
+    real = clustering.torch_kmeans_assign
+    monkeypatch.setattr(
+        clustering, "torch_kmeans_assign", lambda *a, **k: calls.append(a[2]) or real(*a, **k)
+    )
+    (row,) = device_kmeans_benchmark([1500], "cpu")
+    assert calls == [torch.device("cpu")] * 2  # the warm-up, then the timed run
+    x, labels = skewed_set(1500, 128)
+    assert row["clusters"] == len(np.unique(labels))
+    assert row["NMI faiss"] == clustering.nmi(x, labels)
+    assert row["NMI torch"] == clustering.nmi(x, labels, "cpu")
+    assert row["faiss / torch"] == pytest.approx(row["faiss (CPU)_s"] / row["torch (cpu)_s"])
+
+
 def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monkeypatch):
     import os
 

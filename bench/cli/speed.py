@@ -18,6 +18,7 @@ BENCHMARKS = (
     "evaluator-scale",
     "crossover",
     "device-search",
+    "device-kmeans",
     "report",
     "start",
 )
@@ -168,7 +169,7 @@ def speed(
     import torch
 
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
-    from bench.speed.device_search import device_search_benchmark
+    from bench.speed.device_search import device_kmeans_benchmark, device_search_benchmark
     from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
@@ -208,6 +209,11 @@ def speed(
             f"evaluator's search in torch on {device} vs a bare torch search (R@K and MAP@R, "
             f"128-d, one class of 10 %, --scale-sizes)",
             device_search_benchmark(scale, device),
+        ),
+        "device-kmeans": lambda: show(
+            f"NMI's k-means (PML's 20 iterations, a cluster per class): faiss on the CPU vs "
+            f"torch on {device} (128-d, one class of 10 %, --scale-sizes)",
+            device_kmeans_benchmark(scale, device),
         ),
         "report": lambda: show(
             "report over generated runs vs reading their metrics.json (seconds)",

@@ -1,4 +1,5 @@
-"""Clustering quality: NMI of k-means clusters (faiss) with the labels."""
+"""Clustering quality: NMI of k-means clusters with the labels: faiss's on the CPU, the same
+algorithm in torch on a search device (`bench.util.torch_kmeans`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from bench.util.knn import kmeans_assign
 from bench.util.progress import log
+from bench.util.torch_kmeans import torch_kmeans_assign
 
 PML_ITERATIONS, BEST_ITERATIONS = 20, 50
 # Multiply-adds of a k-means (points x clusters x dims x iterations) from which it is said
@@ -14,19 +16,23 @@ PML_ITERATIONS, BEST_ITERATIONS = 20, 50
 SAID_FROM = 1e11
 
 
-def nmi(embeddings: np.ndarray, labels: np.ndarray) -> float:
+def nmi(embeddings: np.ndarray, labels: np.ndarray, device=None) -> float:
     """NMI of one k-means run (as many clusters as classes) with the labels, exactly as PML's
     AccuracyCalculator computes it: faiss's Kmeans with 20 iterations and its other defaults
-    (min_points_per_centroid only silences a warning; the result is unchanged)."""
-    return kmeans_nmi(embeddings, labels, niter=PML_ITERATIONS, min_points_per_centroid=1)
+    (min_points_per_centroid only silences a warning; the result is unchanged). `device`: as
+    `kmeans_nmi`'s."""
+    return kmeans_nmi(embeddings, labels, device, niter=PML_ITERATIONS, min_points_per_centroid=1)
 
 
-def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo: int = 5) -> float:
+def nmi_best_of(
+    embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo: int = 5, device=None
+) -> float:
     """NMI of the best of `nredo` k-means restarts (lowest objective, 50 iterations, every
     point used): 0.03 to 0.20 above `nmi` on our runs; what earlier versions called NMI."""
     return kmeans_nmi(
         embeddings,
         labels,
+        device,
         niter=BEST_ITERATIONS,
         nredo=nredo,
         seed=seed,
@@ -35,9 +41,14 @@ def nmi_best_of(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0, nredo
     )
 
 
-def kmeans_nmi(embeddings: np.ndarray, labels: np.ndarray, **kmeans_options) -> float:
-    """NMI of faiss k-means clusters (as many as classes) with the labels."""
-    assignment = kmeans_assign(embeddings, len(np.unique(labels)), **kmeans_options)
+def kmeans_nmi(embeddings: np.ndarray, labels: np.ndarray, device=None, **kmeans_options) -> float:
+    """NMI of k-means clusters (as many as classes) with the labels: faiss's (device None), or
+    torch's on `device` (a run's search device: `bench.util.torch_knn.search_device`)."""
+    k = len(np.unique(labels))
+    if device is None:
+        assignment = kmeans_assign(embeddings, k, **kmeans_options)
+    else:
+        assignment = torch_kmeans_assign(embeddings, k, device, **kmeans_options)
     return float(normalized_mutual_info_score(labels, assignment))
 
 

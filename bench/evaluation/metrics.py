@@ -69,14 +69,15 @@ def evaluate(
     `chunk`: queries searched at a time (default: `retrieval.chunk_rows`). `with_scores`:
     (metrics, each query's scores as `retrieval.query_scores` gives them), from the same
     search (what `bench.runs.store.save_query_scores` keeps for the report). `device`: the
-    search in torch on it (`device_retrieval`); None: faiss on the CPU."""
+    search in torch on it (`device_retrieval`), and k-means too (`bench.util.torch_kmeans`);
+    None: faiss on the CPU."""
     labels = np.asarray(labels)
     scores = query_scores(embeddings, labels, chunk, device, ks)
     metrics = {key: float(v.mean()) for key, v in scores.items() if recall_k(key) is not None}
     if clustering:
         said = announce_kmeans(embeddings, labels, BEST_OF if best_of else 0)
         start = time.perf_counter()
-        metrics["nmi"] = nmi(embeddings, labels)
+        metrics["nmi"] = nmi(embeddings, labels, device)
         if said and best_of:
             took = time.perf_counter() - start
             log.info(
@@ -84,7 +85,7 @@ def evaluate(
                 f"{RESTARTS_COST:.1f}x that ({duration(RESTARTS_COST * took)})"
             )
     if clustering and best_of:
-        metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF)
+        metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF, device)
     for key in (R_PRECISION, "map@r"):
         metrics[key] = float(np.nanmean(scores[key]))
     return (metrics, scores) if with_scores else metrics

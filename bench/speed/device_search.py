@@ -80,3 +80,32 @@ def device_search_benchmark(sizes: list[int], device: str) -> list[dict]:
             }
         )
     return rows
+
+
+def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
+    """Per size (128-d, one class of 10 %, the rest in classes of 2 to 12): NMI's k-means as a
+    run's test computes it (PML's 20 iterations, a cluster per class), faiss's on the CPU
+    against torch's on `device` (`bench.util.torch_kmeans`), each timed once after a warm-up,
+    with both NMIs (another seed's clusters: they agree within k-means' spread, not exactly)."""
+    from bench.evaluation.clustering import nmi
+
+    on = torch.device(device)
+    warm, warm_labels = skewed_set(2000, DIMS)
+    nmi(warm, warm_labels, on)
+    rows = []
+    for n in sizes:
+        x, labels = skewed_set(n, DIMS)
+        faiss_s, faiss_nmi = timed(lambda *a, device: nmi(*a), x, labels, device=on)
+        ours_s, ours_nmi = timed(nmi, x, labels, device=on)
+        rows.append(
+            {
+                "items": n,
+                "clusters": len(np.unique(labels)),
+                "faiss (CPU)_s": faiss_s,
+                f"torch ({device})_s": ours_s,
+                "faiss / torch": faiss_s / ours_s,
+                "NMI faiss": faiss_nmi,
+                "NMI torch": ours_nmi,
+            }
+        )
+    return rows

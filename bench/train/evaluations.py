@@ -90,9 +90,11 @@ def gallery_metrics(
     last = (R_PRECISION, "map@r")  # after NMI, as `evaluate` orders them
     metrics = {key: value for key, value in found.items() if key not in last}
     if CLUSTERING[clustering]["clustering"]:
-        metrics["nmi"] = nmi(gallery, gallery_labels)
+        metrics["nmi"] = nmi(gallery, gallery_labels, device)
     if CLUSTERING[clustering]["best_of"]:
-        metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(gallery, gallery_labels, seed, BEST_OF)
+        metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(
+            gallery, gallery_labels, seed, BEST_OF, device
+        )
     metrics.update({key: found[key] for key in last})
     return metrics, scores
 
