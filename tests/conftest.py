@@ -39,6 +39,19 @@ atexit.register(shutil.rmtree, TEST_CACHE, ignore_errors=True)
 FAST = ["--dataset", "digits", "--epochs", "2", "--dims", "16"]
 
 
+@pytest.fixture(autouse=True)
+def torch_threads_kept():
+    """torch's thread count as it was before each test: `speed` sets it for the process, and a
+    test after it in the same process computed with other threads than its subprocesses (a
+    killed run's resumed metrics then differed in the last digits: tests/test_cli.py)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 def cli(*args, catch_exceptions: bool = False) -> Result:
     """`nngk-bench ARGS` in this process, through click's test runner (arguments as strings;
     an exception other than SystemExit reaches the test unless `catch_exceptions`)."""
