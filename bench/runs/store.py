@@ -108,6 +108,20 @@ def save_test_embeddings(
     save_query_scores(run_dir, scores, EMBEDDINGS)
 
 
+def save_train_embeddings(run_dir: Path, embeddings: np.ndarray, labels: np.ndarray) -> None:
+    """The training split's embeddings and labels (what the visualisations draw)."""
+    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
+
+    atomic_save_npz(Path(run_dir) / TRAIN_EMBEDDINGS, embeddings=embeddings, labels=labels)
+
+
+def history_csv(rows: list[dict]) -> bytes:
+    """history.csv's content: a row per epoch so far."""
+    import pandas as pd
+
+    return pd.DataFrame(rows).to_csv(index=False).encode()
+
+
 def read_query_scores(
     run_dir: Path, embeddings_file: str | Path = EMBEDDINGS
 ) -> dict[str, np.ndarray] | None:

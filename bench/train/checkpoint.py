@@ -3,12 +3,19 @@ atomically at the end of every epoch (an interrupted write leaves the previous o
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import torch
 
-from bench.util.atomic import atomic_torch_save
+from bench.util.atomic import atomic_write_bytes
 from bench.util.errors import first_line
+
+
+def fresh_progress(untrained_network: dict) -> dict:
+    """A run's progress before its first epoch (`untrained_network`: its metrics at init)."""
+    best = {"score": float("-inf"), "epoch": 0, "model": None}
+    return {"epoch": 0, "history": [], "untrained_network": untrained_network, "best": best}
 
 
 def save_checkpoint(
@@ -20,6 +27,20 @@ def save_checkpoint(
     scaler: torch.amp.GradScaler | None = None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
 ) -> None:
+    """The run's state, to resume from (`checkpoint_bytes`), written atomically."""
+    atomic_write_bytes(path, checkpoint_bytes(model, loss, optimizer, progress, scaler, scheduler))
+
+
+def checkpoint_bytes(
+    model: torch.nn.Module,
+    loss: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    progress: dict,
+    scaler: torch.amp.GradScaler | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+) -> bytes:
+    """The run's state serialized: a copy that training may go on changing while it is written
+    (in the background: `bench.util.atomic.BackgroundWrites`)."""
     state = {
         "model": model.state_dict(),
         "loss": loss.state_dict(),
@@ -30,7 +51,9 @@ def save_checkpoint(
         state["scaler"] = scaler.state_dict()
     if scheduler is not None:  # --schedule: a resumed run goes on where it was
         state["scheduler"] = scheduler.state_dict()
-    atomic_torch_save(path, state)
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
 
 
 def load_checkpoint(

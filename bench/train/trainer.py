@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
@@ -22,7 +21,7 @@ from bench.protocols import get_protocol
 from bench.runs import store
 from bench.runs.config import RunConfig, current_weights_label
 from bench.train.baseline import run_summary
-from bench.train.checkpoint import load_checkpoint, save_checkpoint
+from bench.train.checkpoint import checkpoint_bytes, fresh_progress, load_checkpoint
 from bench.train.distributed import (
     gather_batch,
     local_device,
@@ -53,7 +52,7 @@ from bench.train.precision import Precision
 from bench.train.preflight import check_run
 from bench.train.recipes import Recipe
 from bench.train.tracking import RunLog, open_run_log
-from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
+from bench.util.atomic import atomic_write_json, background_writes
 from bench.util.batches import to_inputs
 from bench.util.progress import log
 from bench.util.runtime import default_device, package_versions, seed_everything
@@ -236,12 +235,7 @@ class Trainer:
         if self.testing and self.ranks.main:
             log.info(f"{self.name}: evaluating the untrained network on the test split")
             untrained = self.test(clustering="none")[0]
-        return {
-            "epoch": 0,
-            "history": [],
-            "untrained_network": untrained,
-            "best": {"score": float("-inf"), "epoch": 0, "model": None},
-        }
+        return fresh_progress(untrained)
 
     def fit(self, test: bool = True) -> dict:
         """Train (or resume), select the checkpoint on validation, evaluate it on test; without
@@ -250,7 +244,9 @@ class Trainer:
         self.testing = test
         progress = self.start_or_resume()
         kind = self.cfg.log if self.ranks.main else "none"
-        with open_run_log(kind, self.run_dir, self.cfg) as self.run_log:
+        # Checkpoints are written in the background: a slow disk's write overlaps the next epoch.
+        run_log = open_run_log(kind, self.run_dir, self.cfg)
+        with run_log as self.run_log, background_writes() as self.writes:
             return self.train_epochs(progress)
 
     def train_epochs(self, progress: dict) -> dict:
@@ -285,14 +281,16 @@ class Trainer:
             log.info(epoch_summary(self.name, row, cfg.epochs, val["score"]))
             self.run_log.epoch(row, self.optimizer)
             self.recipe.end_epoch()
-            if self.ranks.main:
-                checkpoint = self.run_dir / store.CHECKPOINT
-                save_checkpoint(
-                    checkpoint, self.model, self.loss, self.optimizer, progress,
+            if self.ranks.main:  # the checkpoint, then a history never ahead of it
+                state = checkpoint_bytes(
+                    self.model, self.loss, self.optimizer, progress,
                     self.precision.scaler, self.recipe.scheduler,
                 )  # fmt: skip
-                history = pd.DataFrame(progress["history"]).to_csv(index=False)
-                atomic_write_text(self.run_dir / store.HISTORY, history)
+                history = store.history_csv(progress["history"])
+                self.writes.write(
+                    (self.run_dir / store.CHECKPOINT, state),
+                    (self.run_dir / store.HISTORY, history),
+                )
         return self.conclude(progress)
 
     def shared_validation(self, epoch: int) -> dict:
@@ -363,6 +361,7 @@ class Trainer:
         self.note(progress, warnings)
         metrics.update(trend)
         metrics["warnings"] = progress.get("warnings", [])
+        self.writes.wait()  # the last checkpoint on disk (or its error) before the run is done
         atomic_write_json(self.run_dir / store.METRICS, metrics)
         return metrics
 
@@ -376,9 +375,7 @@ class Trainer:
         self.run_log.test(metrics, best["epoch"])
         store.save_test_embeddings(self.run_dir, emb, labels, scores, query_flags(self.data.test))
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
-        atomic_save_npz(
-            self.run_dir / store.TRAIN_EMBEDDINGS, embeddings=train, labels=train_labels
-        )
+        store.save_train_embeddings(self.run_dir, train, train_labels)
         # R@K and MAP@R on the training split: how far test falls from train (Liu et al. 2019,
         # Table 1, R@1); no k-means, whose NMI no table reads.
         train_metrics = evaluate(

@@ -6,6 +6,9 @@ import io
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,3 +73,46 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     buf = io.BytesIO()
     torch.save(obj, buf)
     atomic_write_bytes(path, buf.getvalue())
+
+
+class BackgroundWrites:
+    """Atomic writes of bytes made in one background thread, so that a slow disk's write and
+    fsync overlap the work that follows (a run's checkpoint and history, each epoch). `write`
+    takes files that are written in the order given, after those of the write before it, which
+    it waits for (at most one write is in flight); `wait` blocks until the last one is on disk,
+    and raises its error, if any."""
+
+    def __init__(self) -> None:
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix="atomic-write")
+        self._pending: Future | None = None
+
+    def write(self, *files: tuple[Path, bytes]) -> None:
+        self.wait()
+        self._pending = self._thread.submit(write_in_order, files)
+
+    def wait(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self._thread.shutdown()
+
+
+def write_in_order(files: tuple[tuple[Path, bytes], ...]) -> None:
+    for path, data in files:
+        atomic_write_bytes(path, data)
+
+
+@contextmanager
+def background_writes() -> Iterator[BackgroundWrites]:
+    """A `BackgroundWrites` whose last write is on disk when the block ends, however it ends:
+    an error or an interrupt never leaves a write half-done behind it."""
+    writes = BackgroundWrites()
+    try:
+        yield writes
+    finally:
+        writes.close()
