@@ -341,3 +341,34 @@ def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):
     real = run_wall_rows("--dataset glyphs:classes=12,instances=12 --dims 8 --epochs 2 "
                          "--batch-size 16", "cpu")  # fmt: skip
     assert real["runs"] == 1 and real["epochs"] == 2 and real["wall / epochs"] > 1
+    parts = real["before_s"] + real["between_s"] + real["after_s"] + real["sum of epochs_s"]
+    assert parts == pytest.approx(real["wall_s"]) and min(real["before_s"], real["after_s"]) > 0
+    assert np.isnan(row["before_s"])  # two runs (and no epoch logged): not one run's parts
+
+
+def test_a_runs_seconds_outside_its_epochs_fall_before_between_and_after():
+    from bench.speed.run_wall import outside_epochs
+
+    # Started at 10, epochs of 2 s and 3 s logged at 15 and 18.5, done at 20.
+    found = outside_epochs([15.0, 18.5], [2.0, 3.0], start=10.0, stop=20.0)
+    assert found == pytest.approx({"before_s": 3.0, "between_s": 0.5, "after_s": 1.5})
+
+
+def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from bench.cli import main
+    from bench.cli.speed import run_wall_rows
+
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "user-cache"))
+    options = "--backbone small_cnn --pretrained none --resize 32 --crop 32 --dims 8 --epochs 2"
+    options += " --batch-size 16"
+    row = run_wall_rows(options, "cpu", images=240)  # 6 classes of 40
+    assert row["runs"] == 1 and row["epochs"] == 2 and row["wall / epochs"] > 1
+    assert not (tmp_path / "user-cache").exists()  # its images cached in its own folder
+    for wrong in (
+        ["--run-wall-images", "240"],
+        ["--run-wall", "--dataset glyphs", "--run-wall-images", "240"],
+    ):
+        out = CliRunner().invoke(main, ["speed", "--only", "start", *wrong])
+        assert out.exit_code == 1 and "--run-wall" in out.output.splitlines()[-1], out.output

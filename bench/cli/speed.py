@@ -23,6 +23,7 @@ BENCHMARKS = (
     "start",
 )
 MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
+RUN_WALL_PER_CLASS = 40  # images a class of --run-wall-images' folder
 MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its items
 
 
@@ -129,12 +130,20 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     help="Also time `run` with these options (e.g. '--dataset glyphs --epochs 30'; --device is "
     "this command's) against the sum of its epochs, in a temporary folder.",
 )
+@click.option(
+    "--run-wall-images",
+    default=None,
+    type=click.IntRange(2 * RUN_WALL_PER_CLASS),
+    help="Run --run-wall on this many synthetic 500 x 375 JPEGs, 40 a class (issue 44's "
+    "CUB-200-2011 layout: 8000), written with an empty image cache in its temporary folder.",
+)
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
     refresh_images, ann_size, scale_sizes, scale_memory, scale_timeout, crossover_items,
-    report_runs, only, train_step, precisions, train_steps, run_wall, device, threads,
+    report_runs, only, train_step, precisions, train_steps, run_wall, run_wall_images, device,
+    threads,
 ):  # fmt: skip
     """Benchmarks printed as ratios: the NNGK step against a per-example loop and a softmax
     step, the NNGK refresh against an inference pass, approximate (IVF) against exact bank
@@ -150,6 +159,8 @@ def speed(
     from bench.speed.loader import CACHED_BATCHES, batches_needed, batches_read
 
     chosen = chosen_benchmarks(only)
+    if run_wall_images is not None and run_wall is None:
+        raise click.ClickException("--run-wall-images needs --run-wall 'RUN OPTIONS' to run")
     step_plan, step_precisions = train_step_plan(train_step, precisions)
     sizes = parse_ints(eval_sizes, "--eval-sizes")
     scale = parse_ints(scale_sizes, "--scale-sizes")
@@ -228,7 +239,7 @@ def speed(
     if run_wall is not None:
         show(
             "a run's wall time vs the sum of its epochs (seconds)",
-            [run_wall_rows(run_wall, device)],
+            [run_wall_rows(run_wall, device, run_wall_images)],
         )
     if loader_dataset is None:
         return
@@ -282,20 +293,32 @@ def train_step_rows(
         show(f"{title}, {workers} loader workers)", rows)
 
 
-def run_wall_rows(options: str, device: str) -> dict:
-    """`run OPTIONS --device DEVICE` in this process, timed against its epochs."""
+def run_wall_rows(options: str, device: str, images: int | None = None) -> dict:
+    """`run OPTIONS --device DEVICE` in this process, timed against its epochs; with `images`,
+    on a folder of that many synthetic JPEGs written first (not timed), its image cache empty."""
     import shlex
     import tempfile
+    from contextlib import nullcontext
 
     from bench.cli import main
     from bench.speed.run_wall import run_wall_row
+    from bench.speed.train_step import cache_in, folder_set
 
     def invoke(args: list[str]) -> None:
         main(["run", *args, "--device", device], standalone_mode=False)
 
+    args = shlex.split(options)
+    if images is not None and "--dataset" in args:
+        raise click.ClickException(
+            "--run-wall-images gives --run-wall its data set: leave --dataset out of --run-wall"
+        )
     with tempfile.TemporaryDirectory(prefix="nngk-run-wall-") as tmp:
+        if images is not None:
+            root = folder_set(Path(tmp) / "data", images, images // RUN_WALL_PER_CLASS)
+            args += ["--dataset", f"folder:{root}"]
         try:
-            return run_wall_row(invoke, shlex.split(options), Path(tmp))
+            with cache_in(Path(tmp) / "cache") if images is not None else nullcontext():
+                return run_wall_row(invoke, args, Path(tmp) / "results")
         except ValueError as err:
             raise click.ClickException(str(err)) from None
 

@@ -33,11 +33,11 @@ def cache_in(folder: Path) -> Iterator[None]:
             os.environ["NNGK_CACHE"] = before
 
 
-def folder_set(root: Path, images: int) -> Path:
-    """`images` synthetic JPEGs in CLASSES class folders: a `folder:` data set."""
+def folder_set(root: Path, images: int, classes: int = CLASSES) -> Path:
+    """`images` synthetic JPEGs in `classes` class folders: a `folder:` data set."""
     paths = synthetic_jpegs(root / "jpegs", count=images)
     for i, path in enumerate(paths):
-        target = root / "set" / f"c{i % CLASSES:02d}" / Path(path).name
+        target = root / "set" / f"c{i % classes:03d}" / Path(path).name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(path, target)
     return root / "set"
