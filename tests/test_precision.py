@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench.runs.config import RunConfig
-from bench.train.checkpoint import load_checkpoint, save_checkpoint
+from bench.train.checkpoint import checkpoint_bytes, load_checkpoint
 from bench.train.precision import Precision
 from tests.conftest import cli
 
@@ -56,7 +56,8 @@ def test_fp16_s_scale_is_kept_through_a_checkpoint(tmp_path):
     optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
     precision.scaler.scale(torch.ones(()))  # the scale is made at the first use
     precision.scaler.update(1024.0)
-    save_checkpoint(tmp_path / "c.pt", net, net, optimizer, {"epoch": 1}, precision.scaler)
+    state = checkpoint_bytes(net, net, optimizer, {"epoch": 1}, precision.scaler)
+    (tmp_path / "c.pt").write_bytes(state)
     again = Precision("fp16", torch.device("cpu"))
     load_checkpoint(tmp_path / "c.pt", torch.device("cpu"), net, net, optimizer, again.scaler)
     assert again.scaler.get_scale() == 1024.0

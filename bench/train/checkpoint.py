@@ -1,5 +1,6 @@
-"""A run's checkpoint: the model, the loss and the optimiser with the progress so far, written
-atomically at the end of every epoch (an interrupted write leaves the previous one whole)."""
+"""A run's checkpoint: the model, the loss and the optimiser with the progress so far, serialized
+at the end of every epoch and written atomically in the background (the trainer's
+`bench.util.atomic.BackgroundWrites`: an interrupted write leaves the previous one whole)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ from pathlib import Path
 
 import torch
 
-from bench.util.atomic import atomic_write_bytes
 from bench.util.errors import first_line
 
 
@@ -16,19 +16,6 @@ def fresh_progress(untrained_network: dict) -> dict:
     """A run's progress before its first epoch (`untrained_network`: its metrics at init)."""
     best = {"score": float("-inf"), "epoch": 0, "model": None}
     return {"epoch": 0, "history": [], "untrained_network": untrained_network, "best": best}
-
-
-def save_checkpoint(
-    path: Path,
-    model: torch.nn.Module,
-    loss: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    progress: dict,
-    scaler: torch.amp.GradScaler | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
-) -> None:
-    """The run's state, to resume from (`checkpoint_bytes`), written atomically."""
-    atomic_write_bytes(path, checkpoint_bytes(model, loss, optimizer, progress, scaler, scheduler))
 
 
 def checkpoint_bytes(
