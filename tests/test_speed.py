@@ -283,6 +283,26 @@ def test_the_device_kmeans_row_times_faiss_against_torch_with_both_nmis(monkeypa
     assert row["faiss / torch"] == pytest.approx(row["faiss (CPU)_s"] / row["torch (cpu)_s"])
 
 
+def test_the_search_parts_rows_time_each_part_of_one_chunk():
+    from click.testing import CliRunner
+
+    from bench.cli import main
+    from bench.speed.device_search import search_parts_benchmark
+    from bench.util.torch_knn import chunk_rows
+
+    rows = search_parts_benchmark([3000, 30000], "cpu", repeats=1)
+    assert [row["part"] for row in rows[:5]] == [
+        "distances", "top-k, k 12", "top-k, k 300", "ordering 300", "scores of 300",
+    ]  # fmt: skip
+    assert rows[5]["part"] == "distances" and rows[7]["part"] == "top-k, k 3000"
+    for row in rows:
+        assert row["queries a chunk"] == min(row["items"], chunk_rows(row["items"]))
+        assert row["chunks a search"] * row["queries a chunk"] >= row["items"] > 0
+        assert row["ms a chunk"] > 0
+    out = CliRunner().invoke(main, ["speed", "--only", "search-parts", "--scale-sizes", "500"])
+    assert out.exit_code == 0 and "a chunk's parts" in out.output and "ordering 50" in out.output
+
+
 def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monkeypatch):
     import os
 

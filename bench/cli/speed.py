@@ -19,6 +19,7 @@ BENCHMARKS = (
     "crossover",
     "device-search",
     "device-kmeans",
+    "search-parts",
     "report",
     "start",
 )
@@ -179,8 +180,8 @@ def speed(
 
     import torch
 
+    from bench.speed import device_search
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
-    from bench.speed.device_search import device_kmeans_benchmark, device_search_benchmark
     from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
@@ -216,22 +217,14 @@ def speed(
             "large-class ranking vs faiss top-k (ms per query, 128-d)",
             crossover_benchmark(crossover_items),
         ),
-        "device-search": lambda: show(
-            f"evaluator's search in torch on {device} vs a bare torch search (R@K and MAP@R, "
-            f"128-d, one class of 10 %, --scale-sizes)",
-            device_search_benchmark(scale, device),
-        ),
-        "device-kmeans": lambda: show(
-            f"NMI's k-means (PML's 20 iterations, a cluster per class): faiss on the CPU vs "
-            f"torch on {device} (128-d, one class of 10 %, --scale-sizes)",
-            device_kmeans_benchmark(scale, device),
-        ),
         "report": lambda: show(
             "report over generated runs vs reading their metrics.json (seconds)",
             report_rows(report_runs),
         ),
         "start": lambda: show("command-line start (a fresh process, seconds)", start_times()),
     }
+    for name, (title, benchmark) in device_search.BENCHMARKS.items():
+        runs[name] = lambda title=title, run=benchmark: show(title % device, run(scale, device))
     for name in chosen:
         runs[name]()
     if step_plan:

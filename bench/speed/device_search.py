@@ -5,6 +5,7 @@ ratio, and both R@1 and MAP@R, which must agree."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -109,3 +110,77 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
             }
         )
     return rows
+
+
+def search_parts_benchmark(sizes: list[int], device: str, repeats: int = 3) -> list[dict]:
+    """Where the evaluator's search spends a chunk's time on `device` (for the search at
+    1,000,000 that missed its 40 s on an H100): per size, one chunk of queries as the harness
+    makes it (`chunk_rows`), each part timed alone (best of `repeats`): the distances, top-k
+    for a small class and for the class of 10 %, the (distance, index) ordering of the latter,
+    and its R-Precision and AP@R; with the chunks a search of that size makes."""
+    rows = []
+    for n in sizes:
+        for part, fn, queries in chunk_parts(n, torch.device(device)):
+            seconds = min(timed_part(fn, torch.device(device)) for _ in range(repeats))
+            chunks = -(-n // queries)
+            rows.append(
+                {
+                    "items": n,
+                    "part": part,
+                    "ms a chunk": 1000 * seconds,
+                    "queries a chunk": queries,
+                    "chunks a search": chunks,
+                }
+            )
+    return rows
+
+
+def chunk_parts(n: int, on: torch.device) -> list[tuple[str, Callable, int]]:
+    """(name, the part as a call, queries in the chunk) of one chunk's search among n random
+    128-d items."""
+    from bench.evaluation.device_retrieval import precision_and_ap
+    from bench.util.torch_knn import TorchSearch, chunk_rows, in_index_order
+
+    gen = torch.Generator(on).manual_seed(0)
+    search = TorchSearch(torch.randn(n, DIMS, device=on, generator=gen), on)
+    q = search.base[: chunk_rows(n)]
+    big = max(1, n // 10)
+    dist = search.distances(q)
+    top = torch.topk(dist, big, dim=1, largest=False)
+    same = torch.rand(top.indices.shape, device=on, generator=gen) < 0.1
+    r = torch.full((len(q),), big, device=on)
+    return [
+        ("distances", lambda: search.distances(q), len(q)),
+        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False), len(q)),
+        (f"top-k, k {big}", lambda: torch.topk(dist, big, dim=1, largest=False), len(q)),
+        (f"ordering {big}", lambda: in_index_order(top.values, top.indices), len(q)),
+        (f"scores of {big}", lambda: precision_and_ap(same, r), len(q)),
+    ]
+
+
+def timed_part(fn, device: torch.device) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    fn()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+# `speed --only NAME`: (the table's title, with the device for %s; the benchmark of
+# --scale-sizes on the device)
+BENCHMARKS = {
+    "device-search": (
+        "evaluator's search in torch on %s vs a bare torch search (R@K and MAP@R, 128-d, one "
+        "class of 10 %%, --scale-sizes)",
+        device_search_benchmark,
+    ),
+    "device-kmeans": (
+        "NMI's k-means (PML's 20 iterations, a cluster per class): faiss on the CPU vs torch on "
+        "%s (128-d, one class of 10 %%, --scale-sizes)",
+        device_kmeans_benchmark,
+    ),
+    "search-parts": (
+        "the evaluator's search on %s, a chunk's parts (ms; 128-d, --scale-sizes)",
+        search_parts_benchmark,
+    ),
+}

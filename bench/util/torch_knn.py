@@ -60,7 +60,9 @@ class TorchSearch:
         if exclude is not None:
             dist[torch.arange(len(dist), device=dist.device), exclude] = float("inf")
         k = min(k, dist.shape[1] - (exclude is not None))
-        values, idx = torch.topk(dist, k, dim=1, largest=False, sorted=True)
+        # Unsorted: in_index_order sorts them anyway (a sort fewer; k of 10,000 of 100,000 on
+        # 2 CPU cores: 329 ms against 535 ms).
+        values, idx = torch.topk(dist, k, dim=1, largest=False, sorted=False)
         return in_index_order(values, idx)
 
 
