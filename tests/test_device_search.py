@@ -47,6 +47,20 @@ def test_ties_come_back_in_index_order():
     assert torch.equal(ordered, torch.tensor([[0.1, 0.1, 0.5, 0.5]]))
 
 
+def test_the_order_is_by_value_then_index_for_any_floats():
+    # Ties, both zeros, infinities, negatives and subnormals, against a plain sort in Python.
+    gen = torch.Generator().manual_seed(0)
+    values = torch.randint(-8, 8, (40, 300), generator=gen).float() / 4
+    values[:, ::7], values[:, ::11], values[:, ::13] = 0.0, -0.0, float("inf")
+    values[:, ::17], values[:, 5], values[:, 6] = float("-inf"), 1e-40, -1e-40
+    idx = torch.stack([torch.randperm(10_000, generator=gen)[:300] for _ in range(40)])
+    ordered, order = in_index_order(values, idx)
+    for row in range(40):
+        pairs = sorted(zip(values[row].tolist(), idx[row].tolist(), strict=True))
+        assert order[row].tolist() == [i for _, i in pairs]
+        assert ordered[row].tolist() == [v for v, _ in pairs]
+
+
 @pytest.mark.parametrize("n, big", [(3000, 300), (3000, LARGE_R + 200)])
 def test_query_scores_agree_with_faiss_on_a_skewed_set_with_duplicates(n, big):
     # The second set has a class past LARGE_R: faiss's path ranks it apart (ExactRanking).

