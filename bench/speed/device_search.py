@@ -151,8 +151,12 @@ def chunk_parts(n: int, on: torch.device) -> list[tuple[str, Callable, int]]:
     r = torch.full((len(q),), big, device=on)
     return [
         ("distances", lambda: search.distances(q), len(q)),
-        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False), len(q)),
-        (f"top-k, k {big}", lambda: torch.topk(dist, big, dim=1, largest=False), len(q)),
+        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False), len(q)),
+        (
+            f"top-k, k {big}",
+            lambda: torch.topk(dist, big, dim=1, largest=False, sorted=False),
+            len(q),
+        ),
         (f"ordering {big}", lambda: in_index_order(top.values, top.indices), len(q)),
         (f"scores of {big}", lambda: precision_and_ap(same, r), len(q)),
     ]
