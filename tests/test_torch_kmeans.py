@@ -125,3 +125,10 @@ def test_evaluate_clusters_on_the_device_it_searches_on(monkeypatch):
     assert calls == ["torch", "torch", "faiss", "faiss"]  # PML's run, then the best of 5
     assert on_device["nmi"] == pytest.approx(on_cpu["nmi"], abs=0.05)
     assert on_device["map@r"] == pytest.approx(on_cpu["map@r"], abs=1e-6)
+
+
+def test_a_faiss_option_it_does_not_follow_is_an_error_not_ignored():
+    x, _ = blobs(200, 5)
+    with pytest.raises(TypeError, match="spherical"):
+        torch_kmeans_assign(x, 5, "cpu", spherical=True)
+    torch_kmeans_assign(x, 5, "cpu", min_points_per_centroid=1, verbose=False)  # they only silence

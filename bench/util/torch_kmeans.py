@@ -87,10 +87,13 @@ def torch_kmeans_assign(
     nredo: int = 1,
     seed: int = 1234,
     max_points_per_centroid: int = 256,
-    **ignored,
+    min_points_per_centroid: int = 39,
+    verbose: bool = False,
 ) -> np.ndarray:
     """`bench.util.knn.kmeans_assign` on `device`: the cluster of each row, with faiss.Kmeans's
-    defaults and options (`min_points_per_centroid` and `verbose` only silence faiss)."""
+    defaults and options; `min_points_per_centroid` and `verbose` only silence faiss's warnings
+    and are taken for that, and any other of faiss's options (spherical, ...) is an error here
+    rather than silently ignored."""
     if not isinstance(x, torch.Tensor):
         x = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
     x = x.detach().float().to(device)
