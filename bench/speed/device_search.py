@@ -118,26 +118,28 @@ def search_parts_benchmark(sizes: list[int], device: str, repeats: int = 3) -> l
     makes it (`chunk_rows`), each part timed alone (best of `repeats`): the distances, top-k
     for a small class and for the class of 10 %, the (distance, index) ordering of the latter,
     and its R-Precision and AP@R; with the chunks a search of that size makes."""
-    rows = []
+    on, rows = torch.device(device), []
     for n in sizes:
-        for part, fn, queries in chunk_parts(n, torch.device(device)):
-            seconds = min(timed_part(fn, torch.device(device)) for _ in range(repeats))
-            chunks = -(-n // queries)
+        queries, parts = chunk_parts(n, on)
+        for part, fn in parts:
+            seconds = min(
+                timed(lambda device, call=fn: call(), device=on)[0] for _ in range(repeats)
+            )
             rows.append(
                 {
                     "items": n,
                     "part": part,
                     "ms a chunk": 1000 * seconds,
                     "queries a chunk": queries,
-                    "chunks a search": chunks,
+                    "chunks a search": -(-n // queries),
                 }
             )
     return rows
 
 
-def chunk_parts(n: int, on: torch.device) -> list[tuple[str, Callable, int]]:
-    """(name, the part as a call, queries in the chunk) of one chunk's search among n random
-    128-d items."""
+def chunk_parts(n: int, on: torch.device) -> tuple[int, list[tuple[str, Callable]]]:
+    """The queries in one chunk of a search among n random 128-d items, and (name, the part as
+    a call) of each part of its search."""
     from bench.evaluation.device_retrieval import precision_and_ap
     from bench.util.torch_knn import TorchSearch, chunk_rows, in_index_order
 
@@ -149,25 +151,13 @@ def chunk_parts(n: int, on: torch.device) -> list[tuple[str, Callable, int]]:
     top = torch.topk(dist, big, dim=1, largest=False)
     same = torch.rand(top.indices.shape, device=on, generator=gen) < 0.1
     r = torch.full((len(q),), big, device=on)
-    return [
-        ("distances", lambda: search.distances(q), len(q)),
-        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False), len(q)),
-        (
-            f"top-k, k {big}",
-            lambda: torch.topk(dist, big, dim=1, largest=False, sorted=False),
-            len(q),
-        ),
-        (f"ordering {big}", lambda: in_index_order(top.values, top.indices), len(q)),
-        (f"scores of {big}", lambda: precision_and_ap(same, r), len(q)),
+    return len(q), [
+        ("distances", lambda: search.distances(q)),
+        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False)),
+        (f"top-k, k {big}", lambda: torch.topk(dist, big, dim=1, largest=False, sorted=False)),
+        (f"ordering {big}", lambda: in_index_order(top.values, top.indices)),
+        (f"scores of {big}", lambda: precision_and_ap(same, r)),
     ]
-
-
-def timed_part(fn, device: torch.device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 # `speed --only NAME`: (the table's title, with the device for %s; the benchmark of
