@@ -374,6 +374,21 @@ def test_a_runs_seconds_outside_its_epochs_fall_before_between_and_after():
     assert found == pytest.approx({"before_s": 3.0, "between_s": 0.5, "after_s": 1.5})
 
 
+def test_a_runs_seconds_before_and_after_its_epochs_are_named_by_its_log_lines():
+    from bench.speed.run_wall import phases
+
+    # Started at 10; logged "load" at 11 and "cache" at 12; epochs of 2 s and 3 s logged at 15
+    # and 18.5, "test" at 19; done at 20.
+    lines = [(11.0, "load"), (12.0, "cache"), (15.0, "r: epoch 1/2 x"), (18.5, "r: epoch 2/2 x")]
+    found = phases([*lines, (19.0, "r-s0: test it")], [2.0, 3.0], start=10.0, stop=20.0)
+    assert [(p["when"], p["from the line"]) for p in found] == [
+        ("before", "(the command's start)"), ("before", "load"), ("before", "cache"),
+        ("after", "epoch 2/2 x"), ("after", "test it"),  # without the run's id
+    ]  # fmt: skip
+    assert [p["seconds"] for p in found] == pytest.approx([1.0, 1.0, 1.0, 0.5, 1.0])
+    assert phases(lines, [2.0], start=10.0, stop=20.0) == []  # not one run's epochs
+
+
 def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -385,6 +400,11 @@ def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):
     options += " --batch-size 16"
     row = run_wall_rows(options, "cpu", images=240)  # 6 classes of 40
     assert row["runs"] == 1 and row["epochs"] == 2 and row["wall / epochs"] > 1
+    spans = {p["when"]: 0.0 for p in row["phases"]}
+    for p in row["phases"]:
+        spans[p["when"]] += p["seconds"]
+    assert spans == pytest.approx({"before": row["before_s"], "after": row["after_s"]})
+    assert any(p["from the line"].startswith("caching 240 images") for p in row["phases"])
     assert not (tmp_path / "user-cache").exists()  # its images cached in its own folder
     for wrong in (
         ["--run-wall-images", "240"],

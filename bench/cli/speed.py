@@ -230,10 +230,11 @@ def speed(
     if step_plan:
         train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop, workers)
     if run_wall is not None:
-        show(
-            "a run's wall time vs the sum of its epochs (seconds)",
-            [run_wall_rows(run_wall, device, run_wall_images)],
-        )
+        row = run_wall_rows(run_wall, device, run_wall_images)
+        phases = row.pop("phases")
+        show("a run's wall time vs the sum of its epochs (seconds)", [row])
+        if phases:
+            show("where its seconds before and after its epochs went, by its log", phases)
     if loader_dataset is None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))

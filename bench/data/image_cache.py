@@ -245,6 +245,7 @@ def build_cache(
         log.warning(f"{out}: not a whole cache of {len(paths)} images at {size}px; rebuilding it")
     remove_stale_parts(cache_dir)
     allow_large_images()
+    log.info(f"caching {len(paths)} images at {size}px into {cache_dir} (once)")
     tmp = cache_dir / f".{out.stem}.{os.getpid()}.tmp.npy"
     tmp_sizes = cache_dir / f".{out.stem}.sizes.{os.getpid()}.tmp.npy"
     try:
