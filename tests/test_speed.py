@@ -287,20 +287,46 @@ def test_the_search_parts_rows_time_each_part_of_one_chunk():
     from click.testing import CliRunner
 
     from bench.cli import main
-    from bench.speed.device_search import search_parts_benchmark
+    from bench.speed.device_search import WIDER, search_parts_benchmark
     from bench.util.torch_knn import chunk_rows
 
-    rows = search_parts_benchmark([3000, 30000], "cpu", repeats=1)
-    assert [row["part"] for row in rows[:5]] == [
-        "distances", "top-k, k 12", "top-k, k 300", "ordering 300", "scores of 300",
-    ]  # fmt: skip
-    assert rows[5]["part"] == "distances" and rows[7]["part"] == "top-k, k 3000"
-    for row in rows:
-        assert row["queries a chunk"] == min(row["items"], chunk_rows(row["items"]))
-        assert row["chunks a search"] * row["queries a chunk"] >= row["items"] > 0
+    cells = 2**16  # chunks of 21 and 2 queries (and 8x that), as 2**26 gives at 1,000,000
+    rows = search_parts_benchmark([3000, 30000], "cpu", repeats=1, cells=cells)
+    parts = ["distances", "top-k, k 12", "top-k, k 300", "ordering 300", "scores of 300"]
+    candidates = ["top-k, k 12, in two stages", "sorting whole rows"]
+    assert [row["part"] for row in rows[:12]] == parts + parts + candidates
+    assert rows[12]["part"] == "distances" and rows[14]["part"] == "top-k, k 3000"
+    for row, chunk in zip(rows, ([cells] * 5 + [cells * WIDER] * 7) * 2, strict=True):
+        assert row["queries a chunk"] == min(row["items"], chunk_rows(row["items"], chunk))
         assert row["ms a chunk"] > 0
+        assert row["s a search"] == pytest.approx(row["ms a chunk"] * row["chunks a search"] / 1e3)
+    chunks = {row["part"]: row["chunks a search"] for row in rows[:5]}  # 3000 by 21
+    assert chunks == {
+        "distances": 143,
+        "top-k, k 12": 129,
+        "top-k, k 300": 15,
+        "ordering 300": 15,
+        "scores of 300": 15,
+    }  # 90 % and 10 % of the queries
     out = CliRunner().invoke(main, ["speed", "--only", "search-parts", "--scale-sizes", "500"])
     assert out.exit_code == 0 and "a chunk's parts" in out.output and "ordering 50" in out.output
+
+
+@pytest.mark.parametrize("n, m, k", [(5, 3000, 12), (3, 2048, 7), (4, 500, 12), (2, 3000, 2000)])
+def test_a_two_stage_top_k_finds_what_top_k_finds(n, m, k):
+    from bench.speed.device_search import two_stage_topk
+
+    dist = torch.rand(n, m, generator=torch.Generator().manual_seed(m))
+    dist[0, :5] = 0.0  # ties
+    dist[1, 1] = float("inf")  # a query's own column, left out
+    values, idx = two_stage_topk(dist, k, segment=1024)
+    expected = torch.topk(dist, k, dim=1, largest=False).values
+    assert torch.equal(values.sort(1).values, expected)
+    assert torch.equal(dist.gather(1, idx), values)  # each value at its column
+    assert all(len(set(row.tolist())) == k for row in idx)  # k columns, none twice
+    rows = slice(1, None)  # no ties there: the same columns as top-k
+    same = torch.topk(dist[rows], k, dim=1, largest=False).indices.sort(1).values
+    assert torch.equal(idx[rows].sort(1).values, same)
 
 
 def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monkeypatch):

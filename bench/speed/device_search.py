@@ -12,9 +12,13 @@ import torch
 
 from bench.speed.scale import skewed_set
 from bench.util.runtime import synchronize
+from bench.util.torch_knn import CELLS
 
 DIMS = 128
 BARE_CELLS = 2**26  # distances a chunk of the bare search holds
+WIDER = 8  # search-parts: a candidate chunk's queries, in times the harness's
+LARGE_CLASS = 0.1  # search-parts: the share of the items in the large class, as skewed_set
+SEGMENT = 1024  # search-parts: columns of a segment of two_stage_topk's first stage
 
 
 def bare_torch(x: np.ndarray, labels: np.ndarray, device: torch.device) -> dict[str, float]:
@@ -112,52 +116,94 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
     return rows
 
 
-def search_parts_benchmark(sizes: list[int], device: str, repeats: int = 3) -> list[dict]:
+def search_parts_benchmark(
+    sizes: list[int], device: str, repeats: int = 3, cells: int = CELLS
+) -> list[dict]:
     """Where the evaluator's search spends a chunk's time on `device` (for the search at
     1,000,000 that missed its 40 s on an H100): per size, one chunk of queries as the harness
-    makes it (`chunk_rows`), each part timed alone (best of `repeats`): the distances, top-k
-    for a small class and for the class of 10 %, the (distance, index) ordering of the latter,
-    and its R-Precision and AP@R; with the chunks a search of that size makes."""
+    makes it (`cells` distances), each part timed alone (best of `repeats`): the distances,
+    top-k for a small class and for the class of 10 %, the (distance, index) ordering of the
+    latter, and its R-Precision and AP@R; with the chunks a search of that size makes, and the
+    seconds they take. Beside them, candidates for a faster search, not yet the harness's: the
+    same parts for a chunk of WIDER times the queries (a GPU's top-k works a row per block),
+    top-k of a small class in two stages (`two_stage_topk`), and a whole sort of each row."""
     on, rows = torch.device(device), []
     for n in sizes:
-        queries, parts = chunk_parts(n, on)
-        for part, fn in parts:
-            seconds = min(
-                timed(lambda device, call=fn: call(), device=on)[0] for _ in range(repeats)
-            )
-            rows.append(
-                {
-                    "items": n,
-                    "part": part,
-                    "ms a chunk": 1000 * seconds,
-                    "queries a chunk": queries,
-                    "chunks a search": -(-n // queries),
-                }
-            )
+        for chunk, candidates in ((cells, False), (cells * WIDER, True)):
+            queries, parts = chunk_parts(n, on, chunk, candidates)
+            rows += [part_row(n, queries, *part, on, repeats) for part in parts]
     return rows
 
 
-def chunk_parts(n: int, on: torch.device) -> tuple[int, list[tuple[str, Callable]]]:
-    """The queries in one chunk of a search among n random 128-d items, and (name, the part as
-    a call) of each part of its search."""
+def part_row(n: int, queries: int, part: str, share: float, fn: Callable, on, repeats: int) -> dict:
+    """A part's time a chunk, and in a search, where it runs on the chunks of `share` of the
+    queries (the small classes' 90 %, the large class's 10 %, or all)."""
+    seconds = min(timed(lambda device, call=fn: call(), device=on)[0] for _ in range(repeats))
+    chunks = -(-round(share * n) // queries)
+    return {
+        "items": n,
+        "queries a chunk": queries,
+        "part": part,
+        "ms a chunk": 1000 * seconds,
+        "chunks a search": chunks,
+        "s a search": seconds * chunks,
+    }
+
+
+def chunk_parts(
+    n: int, on: torch.device, cells: int = CELLS, candidates: bool = False
+) -> tuple[int, list[tuple[str, float, Callable]]]:
+    """The queries in one chunk of `cells` distances of a search among n random 128-d items,
+    and (name, the share of the queries it runs for, the part as a call) of each part of its
+    search; with `candidates`, those of a faster search's candidates as well."""
     from bench.evaluation.device_retrieval import precision_and_ap
     from bench.util.torch_knn import TorchSearch, chunk_rows, in_index_order
 
     gen = torch.Generator(on).manual_seed(0)
     search = TorchSearch(torch.randn(n, DIMS, device=on, generator=gen), on)
-    q = search.base[: chunk_rows(n)]
-    big = max(1, n // 10)
+    q = search.base[: chunk_rows(n, cells)]
+    big = max(1, round(n * LARGE_CLASS))
     dist = search.distances(q)
     top = torch.topk(dist, big, dim=1, largest=False)
     same = torch.rand(top.indices.shape, device=on, generator=gen) < 0.1
     r = torch.full((len(q),), big, device=on)
-    return len(q), [
-        ("distances", lambda: search.distances(q)),
-        ("top-k, k 12", lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False)),
-        (f"top-k, k {big}", lambda: torch.topk(dist, big, dim=1, largest=False, sorted=False)),
-        (f"ordering {big}", lambda: in_index_order(top.values, top.indices)),
-        (f"scores of {big}", lambda: precision_and_ap(same, r)),
+    small, large = 1 - LARGE_CLASS, LARGE_CLASS  # the queries each part runs for
+    parts = [
+        ("distances", 1.0, lambda: search.distances(q)),
+        ("top-k, k 12", small, lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False)),
+        (f"top-k, k {big}", large, lambda: torch.topk(dist, big, 1, largest=False, sorted=False)),
+        (f"ordering {big}", large, lambda: in_index_order(top.values, top.indices)),
+        (f"scores of {big}", large, lambda: precision_and_ap(same, r)),
     ]
+    if candidates:
+        parts += [
+            ("top-k, k 12, in two stages", small, lambda: two_stage_topk(dist, 12)),
+            ("sorting whole rows", large, lambda: torch.sort(dist, dim=1)),
+        ]
+    return len(q), parts
+
+
+def two_stage_topk(
+    dist: torch.Tensor, k: int, segment: int = SEGMENT
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k smallest of each row, unsorted, as (values, column indices): the k smallest of
+    each segment of `segment` columns first, then the k smallest of those and of the columns
+    left over; the same values as `torch.topk`, and the same columns but among equal values.
+    A GPU's top-k works each row in one block: a chunk of few, long rows leaves most of it
+    idle, and segments make many short rows of them."""
+    n, m = dist.shape
+    whole = m // segment * segment
+    if k > segment or whole == 0:
+        return torch.topk(dist, min(k, m), dim=1, largest=False, sorted=False)
+    values, idx = torch.topk(
+        dist[:, :whole].view(n, -1, segment), k, dim=2, largest=False, sorted=False
+    )
+    starts = torch.arange(0, whole, segment, device=dist.device)
+    idx = (idx + starts[None, :, None]).view(n, -1)
+    rest = torch.arange(whole, m, device=dist.device).expand(n, -1)
+    values, idx = torch.cat([values.view(n, -1), dist[:, whole:]], 1), torch.cat([idx, rest], 1)
+    best, pick = torch.topk(values, min(k, m), dim=1, largest=False, sorted=False)
+    return best, idx.gather(1, pick)
 
 
 # `speed --only NAME`: (the table's title, with the device for %s; the benchmark of
