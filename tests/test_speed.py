@@ -406,12 +406,17 @@ def test_a_runs_seconds_before_and_after_its_epochs_are_named_by_its_log_lines()
     # Started at 10; logged "load" at 11 and "cache" at 12; epochs of 2 s and 3 s logged at 15
     # and 18.5, "test" at 19; done at 20.
     lines = [(11.0, "load"), (12.0, "cache"), (15.0, "r: epoch 1/2 x"), (18.5, "r: epoch 2/2 x")]
-    found = phases([*lines, (19.0, "r-s0: test it")], [2.0, 3.0], start=10.0, stop=20.0)
+    lines += [(19.0, "r-s0: test it"), (19.5, "NNGK: a warning")]
+    found = phases(lines, [2.0, 3.0], start=10.0, stop=20.0)
     assert [(p["when"], p["from the line"]) for p in found] == [
-        ("before", "(the command's start)"), ("before", "load"), ("before", "cache"),
-        ("after", "epoch 2/2 x"), ("after", "test it"),  # without the run's id
-    ]  # fmt: skip
-    assert [p["seconds"] for p in found] == pytest.approx([1.0, 1.0, 1.0, 0.5, 1.0])
+        ("before", "(the command's start)"),
+        ("before", "load"),
+        ("before", "cache"),
+        ("after", "r: epoch 2/2 x"),
+        ("after", "test it"),
+        ("after", "NNGK: a warning"),
+    ]  # fmt: skip  (a run's id, hyphenated, left out)
+    assert [p["seconds"] for p in found] == pytest.approx([1.0, 1.0, 1.0, 0.5, 0.5, 0.5])
     assert phases(lines, [2.0], start=10.0, stop=20.0) == []  # not one run's epochs
 
 

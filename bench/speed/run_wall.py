@@ -98,6 +98,6 @@ def spans(stamped: list[tuple[float, str]], until: float, when: str) -> list[dic
 
 
 def label(line: str) -> str:
-    """A log line, shortened: without the run's id before it (a name, then ': ')."""
+    """A log line, shortened: without the run's id before it (a hyphenated name, ': ')."""
     name, colon, rest = line.partition(": ")
-    return textwrap.shorten(rest if colon and " " not in name else line, 80)
+    return textwrap.shorten(rest if colon and "-" in name and " " not in name else line, 80)
