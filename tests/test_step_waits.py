@@ -2,7 +2,8 @@
 from the host that waits for the GPU to finish its queue, and reading a value back (`.item()`,
 `bool()`, a boolean mask, `nonzero`) waits for it too; a step that waits leaves the GPU idle
 while the host queues the next work. Here on the CPU, such operations are seen as torch's
-operators while a dispatch mode is entered."""
+operators while a dispatch mode is entered. Not seen here: `.cpu()`, `.numpy()` and `.tolist()`
+of a tensor, which copy nothing on the CPU (on a GPU they are a copy that waits)."""
 
 from collections import Counter
 from pathlib import Path
