@@ -6,6 +6,7 @@ import io
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 from PIL import Image
 
@@ -272,3 +273,38 @@ def test_a_pairs_run_draws_its_errors_at_its_threshold(tmp_path):
         "pair-errors.png",
     ]
     assert colour_pixels(written[2].read_bytes(), RED) > 0
+
+
+def test_the_galleries_search_on_the_device_they_are_given(glyph_runs, tmp_path, monkeypatch):
+    """The worst queries' AP@R and the top-1 comparison by torch (on CPU tensors here) draw
+    the same galleries as faiss's searches."""
+    from bench.evaluation import retrieval
+    from bench.util import torch_knn
+
+    _, (seed0, seed1) = glyph_runs
+    faiss = gal.visualize_galleries(seed0, tmp_path / "faiss", compare=seed1, queries=4, k=3)
+    searched, scored = [], []
+    knn, scores = torch_knn.torch_knn, retrieval.device_scores
+    monkeypatch.setattr(torch_knn, "torch_knn", lambda *a: searched.append(a) or knn(*a))
+    monkeypatch.setattr(
+        retrieval, "device_scores", lambda *a, **k: scored.append(a) or scores(*a, **k)
+    )
+    on = torch.device("cpu")
+    found = gal.visualize_galleries(seed0, tmp_path / "torch", seed1, queries=4, k=3, device=on)
+    assert len(searched) == 2 and len(scored) == 1  # each run's top-1; every query's AP@R
+    assert [p.name for p in found] == [p.name for p in faiss]
+    for a, b in zip(faiss, found, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_visualize_searches_its_galleries_on_its_device(glyph_runs, tmp_path, monkeypatch):
+    from bench.util import torch_knn
+
+    _, (seed0, seed1) = glyph_runs
+    searched = []
+    knn = torch_knn.torch_knn
+    monkeypatch.setattr(torch_knn, "torch_knn", lambda *a: searched.append(a) or knn(*a))
+    monkeypatch.setattr(torch_knn, "search_device", lambda device: torch.device("cpu"))
+    args = ["visualize", seed0, "--compare", seed1, "--out", tmp_path, "--device", "cpu"]
+    out = cli(*args, "--queries", "3")
+    assert out.exit_code == 0 and len(searched) == 2, out.output  # the CPU taken for a GPU

@@ -99,12 +99,14 @@ def run_linear_method(
     force: bool = False,
     protocol: str = DEFAULT_PROTOCOL,
     features: FeatureSplits | None = None,
+    device=None,
 ) -> Path:
     """Fit `method` on the training and validation features (Sharma et al. 2015 trains on
     train+val), embed the test features and evaluate them: the run folder. A finished run is
     skipped unless `force`, and then replaced only when the refit is written whole (a failed
     one keeps it). `protocol` is the digits split (a features file carries its own); `features`
-    saves loading them again for every run."""
+    saves loading them again for every run; `device`: where the evaluation and mprec search
+    (`torch_knn.search_device`; None: faiss on the CPU)."""
     if features is None:
         features = load_features(dataset, protocol=protocol)
     if dataset.startswith(FEATURES_PREFIX):
@@ -140,9 +142,10 @@ def run_linear_method(
         "versions": {**package_versions(), "scikit-learn": version("scikit-learn")},
     }
     atomic_write_json(target / store.CONFIG, config)
-    found, scores = evaluate(emb, labels, seed=seed, with_scores=True, ks=recall_ks(dataset))
+    ks = recall_ks(dataset)
+    found, scores = evaluate(emb, labels, seed=seed, with_scores=True, ks=ks, device=device)
     store.save_test_embeddings(target, emb, labels, scores)
-    curve = mprec_at_k(emb, labels)
+    curve = mprec_at_k(emb, labels, device=device)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})
     atomic_write_text(target / MPREC, table.to_csv(index=False))
     metrics = {

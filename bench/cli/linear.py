@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from bench.cli.options import (
+    DEVICE,
     FORCE,
     POSITIVE,
     POSITIVE_FLOAT,
@@ -51,12 +52,19 @@ SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
 )
 @RESULTS
 @FORCE
-def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, results, force):
+@DEVICE
+def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, results, force, device):
     """The NML and linear baselines on feature vectors (Sharma et al. 2015): one run per method,
-    size and seed, evaluated with mprec@K (K = 1..50) and the common metrics."""
+    size and seed, evaluated with mprec@K (K = 1..50) and the common metrics. The methods fit
+    on the CPU; on a GPU (--device) the evaluation and mprec search there."""
     from bench.classic.methods import linear_runs, run_linear_method
+    from bench.cli.training import checked_device
     from bench.data.features import load_features
     from bench.train.presets import make_configs
+    from bench.util.runtime import default_device
+    from bench.util.torch_knn import search_device
+
+    device = checked_device(device) or default_device()
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
     try:
@@ -71,11 +79,12 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
 
         split = protocol if dataset == "digits" else "metric"
         base = with_data_identity(make_configs(dataset, "untrained", None, {}, protocol=split))
-        run_baseline(base[0], results)
+        run_baseline(base[0], results, device=device)
         for name, d, s, params in plan:
             run_dir = run_linear_method(
-                name, dataset, d, s, params, results, force, protocol, feats
-            )
+                name, dataset, d, s, params, results, force, protocol, feats,
+                search_device(device),
+            )  # fmt: skip
             metrics = store.read_metrics(run_dir)
             shown = "  ".join(
                 f"{k}={metrics[k]:.4f}"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from bench.cli.options import DEVICE
 from bench.protocols import VERIFICATION, get_protocol
 from bench.runs import store
 from bench.runs.config import BASELINE_LOSS
@@ -63,7 +64,8 @@ from bench.util.progress import log
     type=click.IntRange(1, 20),
     help="Retrieved images per query (at most 20).",
 )
-def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
+@DEVICE
+def visualize(run_dirs, out, max_points, gallery, compare, queries, k, device):
     """Each run's views of how its embedding generalizes (Liu et al. 2019): joint t-SNE of
     training and test embeddings, the same- vs different-class similarity scatter, and
     retrieval galleries (query images with their nearest test images, framed green or red).
@@ -82,15 +84,28 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k):
         check_finished(folder)
     for folder in runs:
         check_trained(folder)
+    search = searched_on(device)
     for run_dir in runs:
         target = (out / run_dir.name if len(runs) > 1 else out) if out else run_dir
-        for path in visualize_one(run_dir, target, max_points, gallery, compare, queries, k):
+        for path in visualize_one(
+            run_dir, target, max_points, gallery, compare, queries, k, search
+        ):
             click.echo(str(path))
+
+
+def searched_on(device: str | None):
+    """Where the galleries' searches run: torch on a GPU (--device, or CUDA when present),
+    else None (faiss on the CPU)."""
+    from bench.cli.training import checked_device
+    from bench.util.runtime import default_device
+    from bench.util.torch_knn import search_device
+
+    return search_device(checked_device(device) or default_device())
 
 
 def visualize_one(
     run_dir: Path, out: Path, max_points: int, gallery: bool, compare: Path | None,
-    queries: int, k: int,
+    queries: int, k: int, device=None,
 ) -> list[Path]:  # fmt: skip
     """One run's figures into `out`; a one-line error for what cannot be drawn."""
     log.info(f"visualize {run_dir}: loading its embeddings; the figures go to {out}")
@@ -102,14 +117,14 @@ def visualize_one(
             check_comparable(run_dir, compare)
         written = visualize_run(run_dir, out, max_points)
         if gallery:
-            written += galleries_or_note(run_dir, out, compare, queries, k)
+            written += galleries_or_note(run_dir, out, compare, queries, k, device)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     return written
 
 
 def galleries_or_note(
-    run_dir: Path, out: Path, compare: Path | None, queries: int, k: int
+    run_dir: Path, out: Path, compare: Path | None, queries: int, k: int, device=None
 ) -> list[Path]:
     """The run's retrieval galleries; for a run on feature vectors, a line saying it has no
     images (its other figures are drawn all the same)."""
@@ -125,7 +140,7 @@ def galleries_or_note(
     names += [f"gallery-vs-{compare.name}.png"] if compare is not None else []
     names += ["pair-errors.png"] if get_protocol(cfg.protocol).evaluates(VERIFICATION) else []
     with drawing(", ".join(names), f"{cfg.dataset}'s test images, loaded first"):
-        return visualize_galleries(run_dir, out, compare, queries, k)
+        return visualize_galleries(run_dir, out, compare, queries, k, device)
 
 
 def check_finished(run_dir: Path | None) -> None:

@@ -23,9 +23,9 @@ from bench.util.knn import (
     ExactRanking,
     FlatSearch,
     drop_self_ids,
-    knn,
     query_chunks,
 )
+from bench.util.torch_knn import nearest_others
 
 RECALL_KS = DEFAULT_RECALL_KS
 R_PRECISION = "r_precision"  # Musgrave et al. 2020, beside MAP@R
@@ -287,8 +287,10 @@ def mprec_from_neighbours(neighbour_labels: np.ndarray, labels: np.ndarray) -> n
     return np.mean(per_class, axis=0)
 
 
-def mprec_at_k(embeddings: np.ndarray, labels: np.ndarray, max_k: int = MPREC_MAX_K) -> np.ndarray:
-    """mprec@K for K = 1..max_k (at most N - 1): every item a query against the rest."""
+def mprec_at_k(
+    embeddings: np.ndarray, labels: np.ndarray, max_k: int = MPREC_MAX_K, device=None
+) -> np.ndarray:
+    """mprec@K for K = 1..max_k (at most N - 1): every item a query against the rest; searched
+    by faiss on the CPU, or by torch on `device` (`torch_knn.search_device`)."""
     labels = np.asarray(labels)
-    _, idx = knn(embeddings, max_k)
-    return mprec_from_neighbours(labels[idx], labels)
+    return mprec_from_neighbours(labels[nearest_others(embeddings, max_k, device)], labels)

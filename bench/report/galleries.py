@@ -37,8 +37,9 @@ from bench.report.run_files import DamagedRun
 from bench.report.runs import embedded_trained_runs
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
-from bench.util.knn import knn, search
+from bench.util.knn import search
 from bench.util.names import safe_name
+from bench.util.torch_knn import nearest_others
 
 SPACER = 0.25  # width of the gap between two blocks of images, in cells
 REPORT_QUERIES, REPORT_K = 10, 5
@@ -84,10 +85,11 @@ def frame_decisions(labels: np.ndarray, queries: np.ndarray, found: np.ndarray) 
     return labels[found] == labels[np.asarray(queries)][:, None]
 
 
-def top1_correct(embeddings: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Whether each test item's nearest other item has its label."""
+def top1_correct(embeddings: np.ndarray, labels: np.ndarray, device=None) -> np.ndarray:
+    """Whether each test item's nearest other item has its label (searched by faiss on the
+    CPU, or by torch on `device`: `torch_knn.search_device`)."""
     labels = np.asarray(labels)
-    return labels[knn(embeddings, 1)[1][:, 0]] == labels
+    return labels[nearest_others(embeddings, 1, device)[:, 0]] == labels
 
 
 def compare_queries(
@@ -240,9 +242,11 @@ def worst_figure(
     k: int,
     title: str,
     names: Sequence[str],
+    device=None,
 ) -> bytes:
-    """The gallery of the n queries of lowest AP@R, each with its AP@R."""
-    ap = query_scores(emb, labels)["map@r"]
+    """The gallery of the n queries of lowest AP@R, each with its AP@R (every query's AP@R
+    searched by faiss on the CPU, or by torch on `device`)."""
+    ap = query_scores(emb, labels, device=device)["map@r"]
     worst = lowest(ap, n)
     notes = [f"AP@R {ap[q]:.2f}" for q in worst]
     return gallery_figure(images_of, emb, labels, worst, k, title, names, notes)
@@ -257,9 +261,11 @@ def comparison_figure(
     dataset: str,
     run_names: tuple[str, str],
     names: Sequence[str],
+    device=None,
 ) -> bytes:
-    """Two runs side by side on n fixed queries, their top-1 disagreements first."""
-    right = [top1_correct(emb, labels) for emb in embs]
+    """Two runs side by side on n fixed queries, their top-1 disagreements first (every test
+    item's top-1 searched by faiss on the CPU, or by torch on `device`)."""
+    right = [top1_correct(emb, labels, device) for emb in embs]
     queries = compare_queries(labels, *right, n, dataset)
     return side_by_side_figure(images_of, embs, labels, queries, k, run_names, names)
 
@@ -283,11 +289,13 @@ def pair_errors_of(
 
 
 def visualize_galleries(
-    run_dir: Path, out: Path, compare: Path | None = None, queries: int = 10, k: int = 5
-) -> list[Path]:
+    run_dir: Path, out: Path, compare: Path | None = None, queries: int = 10, k: int = 5,
+    device=None,
+) -> list[Path]:  # fmt: skip
     """gallery-fixed.png, gallery-worst.png, gallery-vs-<other run>.png (with `compare`) and,
     for a pairs-protocol run, pair-errors.png; a one-line ValueError for a run on feature
-    vectors (no images) or a comparison of runs of different data."""
+    vectors (no images) or a comparison of runs of different data. `device`: where the worst
+    queries and the top-1 disagreements are searched (None: faiss on the CPU)."""
     if compare is not None:
         check_comparable(run_dir, compare)
     cfg = run_config(run_dir)
@@ -300,14 +308,15 @@ def visualize_galleries(
             show, emb, labels, fixed, k, f"{name}: fixed queries", names
         ),
         "gallery-worst.png": worst_figure(
-            show, emb, labels, queries, k, f"{name}: worst queries (AP@R)", names
+            show, emb, labels, queries, k, f"{name}: worst queries (AP@R)", names, device
         ),
     }
     if compare is not None:
         other, _ = saved_test(compare, data.test)
         files[f"gallery-vs-{Path(compare).name}.png"] = comparison_figure(
-            show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names
-        )
+            show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names,
+            device,
+        )  # fmt: skip
     if get_protocol(cfg.protocol).evaluates(VERIFICATION):
         files["pair-errors.png"] = pair_errors_of(show, run_dir, emb, labels, queries, names)
     for file_name, data_bytes in files.items():
