@@ -11,7 +11,7 @@ from bench.cli import main
 from bench.evaluation.retrieval import mprec_at_k
 from bench.runs import store
 from bench.util import torch_knn
-from bench.util.torch_knn import nearest_in, nearest_others
+from bench.util.torch_knn import nearest_others
 
 CPU = torch.device("cpu")
 
@@ -27,11 +27,6 @@ def test_each_rows_nearest_others_are_faiss_s(k):
     assert found.shape == (300, min(k, 299))
     assert np.array_equal(found, nearest_others(x, k))
     assert not (found == np.arange(300)[:, None]).any()  # never the row itself
-
-
-def test_each_querys_nearest_base_rows_are_faiss_s():
-    base, queries = points(), points(40, seed=1)
-    assert np.array_equal(nearest_in(base, queries, 9, CPU), nearest_in(base, queries, 9))
 
 
 def test_mprec_on_the_device_is_faiss_s():

@@ -118,15 +118,3 @@ def nearest_others(x: np.ndarray, k: int, device: torch.device | None = None) ->
     k = min(k, len(x) - 1)
     rows = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device)
     return torch_knn(rows, k).cpu().numpy()
-
-
-def nearest_in(
-    base: np.ndarray, queries: np.ndarray, k: int, device: torch.device | None = None
-) -> np.ndarray:
-    """`bench.util.knn.search`'s indices: each query's k nearest base rows, by faiss on the
-    CPU (`device` None) or by torch on `device`."""
-    from bench.util.knn import search
-
-    if device is None:
-        return search(base, queries, k)[1]
-    return torch_search(base, queries, k, device)[1]
