@@ -26,10 +26,12 @@ replaced by its nearest centre of its own class, so the loss stays finite and pu
 class. An example whose class has no other training example has no such centre and contributes
 no loss.
 
-The neighbour lists come from exact search, as the paper's; from ANN_MIN_BANK training examples
-on (index "auto"), or with index "ivf", from an approximate IVF index probing `nprobe` lists.
-Its recall@k against exact search, measured on a sample at each refresh, is logged, recorded
-each epoch as `neighbour_recall`, and reported by `warnings` below RECALL_WARNING.
+The neighbour lists come from exact search, as the paper's; on the CPU from ANN_MIN_BANK
+training examples on (index "auto"), or with index "ivf", from an approximate IVF index probing
+`nprobe` lists. Its recall@k against exact search, measured on a sample at each refresh, is
+logged, recorded each epoch as `neighbour_recall`, and reported by `warnings` below
+RECALL_WARNING. On a GPU, "auto" searches exactly there at any size (docs/speed.md, "Large NNGK
+banks", has the measurements); "ivf" stays the IVF.
 """
 
 from __future__ import annotations
@@ -165,6 +167,7 @@ class NNGKLoss(BenchLoss):
                 f"NNGK index is one of {', '.join(INDEXES)} and nprobe >= 1; got "
                 f"index={index!r}, nprobe={nprobe}"
             )
+        self.index = index
         self.approximate = index == "ivf" or (index == "auto" and num_train >= ANN_MIN_BANK)
         self.nprobe = int(nprobe)
         self._recall: float | None = None  # of the lists of the last refresh, when approximate
@@ -221,8 +224,8 @@ class NNGKLoss(BenchLoss):
 
     def searches_on(self, device: torch.device) -> bool:
         """Whether the neighbour lists are found with torch on the embeddings' device (a GPU's,
-        exact search): else with faiss on the CPU, as always."""
-        return search_device(device) is not None and not self.approximate
+        exact search, for index exact or auto): else with faiss on the CPU, as always."""
+        return search_device(device) is not None and self.index != "ivf"
 
     def _nearest(self, emb: np.ndarray) -> np.ndarray:
         """The k nearest other centres of each centre: exact, or from the IVF index (its

@@ -180,6 +180,26 @@ def test_nngk_index_choice():
     assert make_nngk()[0].epoch_stats() == {}  # exact lists: no recall to report
 
 
+def test_on_a_gpu_auto_searches_a_large_bank_exactly(monkeypatch):
+    """From ANN_MIN_BANK on, "auto" uses the IVF index on the CPU, and torch's exact search on
+    a GPU (the CPU taken for one here); "ivf" stays the IVF index there."""
+    from losses import nngk
+
+    n = 1200
+    x, labels = torch.randn(n, 8), torch.arange(n) % 10
+    exact = NNGKLoss(n, 8, k=5, index="exact")
+    exact.refresh(x, labels)  # faiss's exact lists, on the CPU
+    monkeypatch.setattr(nngk, "ANN_MIN_BANK", 1000)
+    monkeypatch.setattr(nngk, "search_device", lambda device: torch.device("cpu"))
+    auto = NNGKLoss(n, 8, k=5, index="auto")
+    auto.refresh(x, labels)
+    assert auto.approximate and torch.equal(auto.neighbours, exact.neighbours)
+    assert auto.epoch_stats() == {}  # exact lists: no recall
+    ivf = NNGKLoss(n, 8, k=5, index="ivf", nprobe=1)
+    ivf.refresh(x, labels)
+    assert "neighbour_recall" in ivf.epoch_stats()
+
+
 @pytest.mark.parametrize("dtype, tol", [(torch.float64, 1e-10), (torch.float32, 2e-5)])
 def test_nngk_value_and_gradients_match_eq3_loop(dtype, tol):
     loss, centres, centre_labels = make_nngk(dtype)

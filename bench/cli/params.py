@@ -54,7 +54,7 @@ ALIAS_OPTIONS = (
         type=click.Choice(["auto", "exact", "ivf"]),
         default=None,
         help="NNGK neighbour search at refresh: exact, approximate (IVF, its recall logged), or "
-        "auto (IVF from 100,000 training items). Default: auto.",
+        "auto (IVF from 100,000 training items on the CPU; exact on a GPU). Default: auto.",
     ),
     click.option("--nprobe", type=POSITIVE, default=None,
                  help="NNGK IVF lists probed (default 16)."),

@@ -73,7 +73,7 @@ def refresh_benchmark(
             "backbone": backbone,
             "dims": dims,
             "k": loss.k,
-            "index": "ivf" if loss.approximate else "exact",
+            "index": "exact" if loss.searches_on(dev) or not loss.approximate else "ivf",
             "inference_s": infer_s,
             "refresh_s": refresh_s,
             "refresh / inference": refresh_s / infer_s,
