@@ -353,6 +353,21 @@ def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monk
     assert (tmp_path / "cache").is_dir() and not (tmp_path / "kept").exists()
 
 
+def test_the_bare_loop_steps_with_the_runs_optimizer(monkeypatch):
+    from bench.train import step_rates
+    from bench.train.presets import make_configs
+
+    made = []
+    real = step_rates.optimizer_class
+    monkeypatch.setattr(
+        step_rates, "optimizer_class", lambda cfg: made.append(real(cfg)) or made[-1]
+    )
+    settings = dict(backbone="small_cnn", pretrained="none", batch_size=4, resize=16, crop=16)
+    (cfg,) = make_configs("glyphs", "nngk", (8,), {}, optimizer="adamw", **settings)
+    assert step_rates.bare_rate(cfg, torch.device("cpu"), steps=2) > 0
+    assert made == [(torch.optim.AdamW, {"lr": cfg.lr, "weight_decay": cfg.weight_decay})]
+
+
 def test_a_train_step_pair_that_is_not_backbone_batch_is_refused():
     from click.testing import CliRunner
 

@@ -11,6 +11,7 @@ import torch
 
 from bench.runs.config import RunConfig
 from bench.train.loaders import with_data_identity
+from bench.train.optimizers import optimizer_class
 from bench.train.precision import Precision
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
@@ -56,7 +57,10 @@ def bare_rate(cfg: RunConfig, device: torch.device, steps: int, classes: int = 2
     loss.to(device)
     precision = Precision(cfg.precision, device)
     precision.prepare(model)
-    optimizer = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9)
+    # The run's optimizer and settings (SGD, momentum, weight decay): the recipe's work, not
+    # the harness's, so the bare loop does it too.
+    optimizer_type, settings = optimizer_class(cfg)
+    optimizer = optimizer_type(model.parameters(), **settings)
     x = precision.inputs(torch.randn(cfg.batch_size, 3, cfg.crop, cfg.crop, device=device))
     y, idx = labels[: cfg.batch_size].to(device), torch.arange(cfg.batch_size, device=device)
 
