@@ -58,13 +58,12 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
     size and seed, evaluated with mprec@K (K = 1..50) and the common metrics. The methods fit
     on the CPU; on a GPU (--device) the evaluation and mprec search there."""
     from bench.classic.methods import linear_runs, run_linear_method
-    from bench.cli.training import checked_device
+    from bench.cli.training import run_device
     from bench.data.features import load_features
     from bench.train.presets import make_configs
-    from bench.util.runtime import default_device
     from bench.util.torch_knn import search_device
 
-    device = checked_device(device) or default_device()
+    device = run_device(device)
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
     try:

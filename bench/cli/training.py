@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 INTERRUPTED = "interrupted; run the same command again to resume"
 
 
+def run_device(name: str | None):
+    """The --device as a torch device; CUDA where present when none is given."""
+    from bench.util.runtime import default_device
+
+    return checked_device(name) or default_device()
+
+
 def checked_device(name: str | None):
     """The --device as a torch device (None: CUDA when present); a one-line error for a name
     torch does not know or for CUDA on a machine without it."""

@@ -70,6 +70,9 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k, device):
     training and test embeddings, the same- vs different-class similarity scatter, and
     retrieval galleries (query images with their nearest test images, framed green or red).
     RUN_DIRS: one run folder or several (a shell pattern may match more than one)."""
+    from bench.cli.training import run_device
+    from bench.util.torch_knn import search_device
+
     runs = list(dict.fromkeys(run_dirs))
     if compare is not None and not gallery:
         raise click.UsageError("--compare draws a gallery; leave out --no-gallery")
@@ -84,23 +87,13 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k, device):
         check_finished(folder)
     for folder in runs:
         check_trained(folder)
-    search = searched_on(device)
+    search = search_device(run_device(device))  # None: faiss on the CPU
     for run_dir in runs:
         target = (out / run_dir.name if len(runs) > 1 else out) if out else run_dir
         for path in visualize_one(
             run_dir, target, max_points, gallery, compare, queries, k, search
         ):
             click.echo(str(path))
-
-
-def searched_on(device: str | None):
-    """Where the galleries' searches run: torch on a GPU (--device, or CUDA when present),
-    else None (faiss on the CPU)."""
-    from bench.cli.training import checked_device
-    from bench.util.runtime import default_device
-    from bench.util.torch_knn import search_device
-
-    return search_device(checked_device(device) or default_device())
 
 
 def visualize_one(

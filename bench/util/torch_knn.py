@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
-from bench.util.knn import uses_gpu
+from bench.util.knn import knn, uses_gpu
 
 CELLS = 2**26  # distances held at once: 256 MiB of float32
 
@@ -111,8 +111,6 @@ def torch_knn(x: torch.Tensor, k: int) -> torch.Tensor:
 def nearest_others(x: np.ndarray, k: int, device: torch.device | None = None) -> np.ndarray:
     """`bench.util.knn.knn`'s indices: each row's k nearest other rows (at most N - 1), by
     faiss on the CPU (`device` None) or by torch on `device` (`search_device`)."""
-    from bench.util.knn import knn
-
     if device is None:
         return knn(x, k)[1]
     k = min(k, len(x) - 1)
