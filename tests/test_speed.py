@@ -422,7 +422,7 @@ def test_a_runs_seconds_before_and_after_its_epochs_are_named_by_its_log_lines()
     # and 18.5, "test" at 19; done at 20.
     lines = [(11.0, "load"), (12.0, "cache"), (15.0, "r: epoch 1/2 x"), (18.5, "r: epoch 2/2 x")]
     lines += [(19.0, "r-s0: test it"), (19.5, "NNGK: a warning")]
-    found = phases(lines, [2.0, 3.0], start=10.0, stop=20.0)
+    found = phases(lines, [15.0, 18.5], [2.0, 3.0], start=10.0, stop=20.0)
     assert [(p["when"], p["from the line"]) for p in found] == [
         ("before", "(the command's start)"),
         ("before", "load"),
@@ -432,7 +432,7 @@ def test_a_runs_seconds_before_and_after_its_epochs_are_named_by_its_log_lines()
         ("after", "NNGK: a warning"),
     ]  # fmt: skip  (a run's id, hyphenated, left out)
     assert [p["seconds"] for p in found] == pytest.approx([1.0, 1.0, 1.0, 0.5, 0.5, 0.5])
-    assert phases(lines, [2.0], start=10.0, stop=20.0) == []  # not one run's epochs
+    assert phases(lines, [15.0, 18.5], [2.0], start=10.0, stop=20.0) == []  # not one run's
 
 
 def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ def run_wall_row(invoke: Callable[[list[str]], None], args: list[str], results: 
         "first epoch_s": float(seconds[0].iloc[0]),
         "median epoch_s": float(epochs.median()),
         **outside_epochs(ends, list(epochs), start, stop),
-        "phases": phases(stamps.lines, list(epochs), start, stop),
+        "phases": phases(stamps.lines, ends, list(epochs), start, stop),
     }
 
 
@@ -76,11 +76,13 @@ def outside_epochs(ends: list[float], seconds: list[float], start: float, stop: 
     }
 
 
-def phases(lines: list[tuple[float, str]], seconds: list[float], start: float, stop: float):
-    """One run's seconds before its first epoch began and after its last ended, span by span,
-    each named by the log line that began it: [{"when", "seconds", "from the line"}]; none
-    unless one run logged its epochs."""
-    ends = [t for t, line in lines if EPOCH_LINE.search(line)]
+def phases(
+    lines: list[tuple[float, str]], ends: list[float], seconds: list[float], start: float,
+    stop: float,
+) -> list[dict]:  # fmt: skip
+    """One run's seconds before its first epoch began and after its last ended (`ends`: the
+    times its epochs' lines were logged), span by span, each named by the log line that began
+    it: [{"when", "seconds", "from the line"}]; none unless one run logged its epochs."""
     if len(ends) != len(seconds) or not ends:
         return []
     first = ends[0] - seconds[0]

@@ -4,11 +4,11 @@ at the end of every epoch and written atomically in the background (the trainer'
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import torch
 
+from bench.util.atomic import torch_bytes
 from bench.util.errors import first_line
 
 
@@ -38,9 +38,7 @@ def checkpoint_bytes(
         state["scaler"] = scaler.state_dict()
     if scheduler is not None:  # --schedule: a resumed run goes on where it was
         state["scheduler"] = scheduler.state_dict()
-    buf = io.BytesIO()
-    torch.save(state, buf)
-    return buf.getvalue()
+    return torch_bytes(state)
 
 
 def load_checkpoint(

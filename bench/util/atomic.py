@@ -69,10 +69,15 @@ def atomic_save_npz(path: Path, **arrays: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def atomic_torch_save(path: Path, obj: Any) -> None:
+def torch_bytes(obj: Any) -> bytes:
+    """`obj` as `torch.save` writes it."""
     buf = io.BytesIO()
     torch.save(obj, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    return buf.getvalue()
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, torch_bytes(obj))
 
 
 class BackgroundWrites:
