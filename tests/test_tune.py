@@ -207,6 +207,16 @@ def test_a_missing_driver_is_one_line_naming_the_extra(tmp_path, monkeypatch):
     assert not (tmp_path / "jobs").exists()
 
 
+def test_postgresql_opens_with_psycopg_unless_the_url_names_its_driver():
+    from bench.tune.storage import engine_url
+
+    # SQLAlchemy 2.0 (the newest on Python 3.10) would load psycopg2 for a bare postgresql://.
+    bare = "postgresql://nngk:s3cret@db.example:5432/studies"
+    assert engine_url(bare) == "postgresql+psycopg://nngk:s3cret@db.example:5432/studies"
+    for kept in ("postgresql+psycopg2://nngk@db/studies", "sqlite:///t/studies.db", "not a url"):
+        assert engine_url(kept) == kept
+
+
 def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(tmp_path):
     from tests.fixtures.postgresql import free_port
 

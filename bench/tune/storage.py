@@ -12,7 +12,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from bench.util.errors import first_line
 
 HEARTBEAT_S = 10
-# What installs the driver SQLAlchemy (2.1 and later) loads for `postgresql://`.
+# What installs the driver a study's `postgresql://` opens with (`engine_url`).
 DRIVERS = {"psycopg": 'pip install -e ".[cluster]" (the package psycopg[binary])'}
 
 
@@ -29,7 +29,7 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
     check_kept(url)
     try:
         return RDBStorage(
-            url,
+            engine_url(url),
             heartbeat_interval=HEARTBEAT_S,
             grace_period=grace_s,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
@@ -58,6 +58,22 @@ def check_kept(url: str) -> None:
             "and shares none with other workers: give a file, e.g. sqlite:///tune/studies.db, "
             "or leave --storage out (RESULTS/tune/studies.db)"
         )
+
+
+def engine_url(url: str) -> str:
+    """`url` as SQLAlchemy opens it: `postgresql://` with the driver psycopg (3), the one the
+    extra `cluster` installs, where SQLAlchemy 2.0 would load psycopg2 (2.1 loads psycopg
+    itself); a URL that names its driver (`postgresql+psycopg2://`), or no URL, as given."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return url
+    if parsed.drivername != "postgresql":
+        return url
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 @contextmanager
