@@ -362,6 +362,18 @@ def test_tunings_optuna_plots_leave_the_matplotlib_style_as_it_was(tmp_path):
     assert dict(plt.rcParams) == before
 
 
+def test_a_study_whose_trials_all_scored_the_same_draws_no_importances(tmp_path):
+    import optuna
+
+    from bench.tune.study import save_plots
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="maximize")  # every trial diverged: each scored 0
+    study.optimize(lambda t: 0.0 * t.suggest_float("lr", 0.0, 1.0), 3)
+    save_plots(study, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["history.png"]
+
+
 def test_a_method_keeps_its_colour_in_every_figure_of_a_table():
     names = ["nngk", "contrastive", "triplet"]
     with colours.method_colours(names):

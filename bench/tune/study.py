@@ -347,7 +347,10 @@ def save_plots(study: optuna.Study, out: Path) -> None:
     from optuna.visualization import matplotlib as ovm
 
     plots = {"history.png": ovm.plot_optimization_history}
-    if count_complete(study) > 1:
+    # Importances need trials whose scores differ: equal scores (every trial diverged, scoring
+    # 0) have none to show, and Optuna 4 raises on them.
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len({trial.value for trial in complete}) > 1:
         plots["importance.png"] = ovm.plot_param_importances
     # Optuna's plots switch the process's matplotlib style to ggplot (7 colours a cycle);
     # keep that to them, not to every figure drawn after them.
