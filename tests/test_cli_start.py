@@ -5,6 +5,7 @@ quick; and the list says what each command's own help says."""
 import json
 import subprocess
 import sys
+from importlib.metadata import version
 
 import click
 import pytest
@@ -97,14 +98,20 @@ SHORT_HELPS = [
 ]  # fmt: skip
 
 
+# Click ends no sentence at a period before a lowercase word ("e.g. this") from 8.5.1 on; an
+# older click cuts those help texts shorter than its newest does (and than we do).
+CLICK_RULE = tuple(int(p) for p in version("click").split(".")[:3]) >= (8, 5, 1)
+
+
 @pytest.mark.parametrize("text, short", SHORT_HELPS)
 def test_a_short_help_is_the_first_sentence_cut_as_click_cuts_it(text, short):
-    assert first_sentence(text) == short
+    assert first_sentence(text) == short and len(short) <= 45
+    if not CLICK_RULE:
+        return
     # click's own short help of a command with this help (what `nngk-bench CMD` would list)
     assert click.Command("x", help=text).get_short_help_str() == short
-    assert len(first_sentence(text)) <= 45 and first_sentence(text, width=10) == (
-        click.Command("x", help=text).get_short_help_str(limit=10)
-    )
+    limited = click.Command("x", help=text).get_short_help_str(limit=10)
+    assert first_sentence(text, width=10) == limited
 
 
 # A typo'd loss or data set is refused before any heavy package is imported (issue 42: it took

@@ -186,14 +186,22 @@ def test_on_a_gpu_auto_searches_a_large_bank_exactly(monkeypatch):
     from losses import nngk
 
     n = 1200
-    x, labels = torch.randn(n, 8), torch.arange(n) % 10
+    x = torch.randn(n, 8, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(n) % 10
     exact = NNGKLoss(n, 8, k=5, index="exact")
     exact.refresh(x, labels)  # faiss's exact lists, on the CPU
     monkeypatch.setattr(nngk, "ANN_MIN_BANK", 1000)
     monkeypatch.setattr(nngk, "search_device", lambda device: torch.device("cpu"))
     auto = NNGKLoss(n, 8, k=5, index="auto")
     auto.refresh(x, labels)
-    assert auto.approximate and torch.equal(auto.neighbours, exact.neighbours)
+
+    def distances(neighbours):  # float32 rounding may order two nearly equal ones either way
+        return (x[neighbours] - x[:, None]).square().sum(-1).sort(dim=1).values
+
+    assert auto.approximate and torch.allclose(
+        distances(auto.neighbours), distances(exact.neighbours)
+    )
+    assert (auto.neighbours == exact.neighbours).float().mean() > 0.99
     assert auto.epoch_stats() == {}  # exact lists: no recall
     ivf = NNGKLoss(n, 8, k=5, index="ivf", nprobe=1)
     ivf.refresh(x, labels)
