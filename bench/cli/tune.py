@@ -112,6 +112,7 @@ def tune(
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     from bench.data.datasets import check_dataset
+    from bench.tune.storage import check_kept
     from bench.tune.study import (
         TuneSetup,
         default_storage,
@@ -150,11 +151,12 @@ def tune(
         pruner=pruner,
         epoch_budget=epoch_budget,
     )
-    try:  # each loss's trial runs checked on their data before any study starts
+    url = storage or default_storage(results)
+    try:  # the URL, then each loss's trial runs on their data, before any study starts
+        check_kept(url)
         check_trials(setup, names)
     except ValueError as err:
         raise click.ClickException(first_line(err)) from None
-    url = storage or default_storage(results)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
             try:

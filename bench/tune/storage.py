@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 
 from bench.util.errors import first_line
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
 
 HEARTBEAT_S = 10
 # What installs the driver a study's `postgresql://` opens with (`engine_url`).
@@ -45,12 +49,8 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
 def check_kept(url: str) -> None:
     """Refuse an SQLite database in memory (`sqlite://`, `sqlite:///:memory:`): it would keep
     no trial after the process, nor share them with another worker."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
+    parsed = parsed_url(url)
+    if parsed is None:
         return  # not a URL: RDBStorage names what is wrong
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise StorageError(
@@ -64,16 +64,21 @@ def engine_url(url: str) -> str:
     """`url` as SQLAlchemy opens it: `postgresql://` with the driver psycopg (3), the one the
     extra `cluster` installs, where SQLAlchemy 2.0 would load psycopg2 (2.1 loads psycopg
     itself); a URL that names its driver (`postgresql+psycopg2://`), or no URL, as given."""
+    parsed = parsed_url(url)
+    if parsed is None or parsed.drivername != "postgresql":
+        return url
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def parsed_url(url: str) -> URL | None:
+    """SQLAlchemy's URL object of `url`; None where `url` is not a database URL."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        parsed = make_url(url)
+        return make_url(url)
     except ArgumentError:
-        return url
-    if parsed.drivername != "postgresql":
-        return url
-    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        return None
 
 
 @contextmanager
