@@ -10,6 +10,7 @@ from importlib.metadata import version
 import click
 import pytest
 from click.testing import CliRunner
+from packaging.version import Version
 
 from bench.cli import COMMANDS, first_sentence, main, short_help
 
@@ -100,7 +101,7 @@ SHORT_HELPS = [
 
 # Click ends no sentence at a period before a lowercase word ("e.g. this") from 8.5.1 on; an
 # older click cuts those help texts shorter than its newest does (and than we do).
-CLICK_RULE = tuple(int(p) for p in version("click").split(".")[:3]) >= (8, 5, 1)
+CLICK_RULE = Version(version("click")) >= Version("8.5.1")
 
 
 @pytest.mark.parametrize("text, short", SHORT_HELPS)

@@ -120,7 +120,7 @@ def test_mlflow_keeps_one_run_through_a_resume_in_a_local_store(tmp_path, monkey
     def history_of(name):
         return [(m.step, m.value) for m in client.get_metric_history(run_id, name)]
 
-    # round_trip: pandas 2's default parser may miss a float64 by a few ulps (pandas 3's does not)
+    # round_trip: pandas 2's default float parser does not always read back the float written
     history = pd.read_csv(run / "history.csv", float_precision="round_trip")
     assert history_of("val/map_at_r") == list(zip([1, 2], history["val_map@r"], strict=True))
     assert history_of("train/epoch_loss") == list(zip([1, 2], history["train_loss"], strict=True))
