@@ -122,3 +122,29 @@ def test_tune_takes_a_batch_size_and_names_its_study_with_it(tmp_path):
     assert study.endswith("-hyperband-batch_size-32")
     runs = list((tmp_path / "tune" / "trials").glob("*/config.json"))
     assert len(runs) == 2 and all('"batch_size": 32' in r.read_text() for r in runs)  # 2 folds
+
+
+def test_workers_that_ask_at_once_never_take_the_same_queued_trial(tmp_path):
+    # SQLite ignores Optuna's SELECT ... FOR UPDATE: without BEGIN IMMEDIATE, 15 of 50 rounds
+    # gave one queued trial to two of four workers, which both ran it (optuna#4002).
+    import threading
+
+    from bench.tune.storage import rdb_storage
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    optuna.create_study(study_name="s", storage=rdb_storage(url, 60))
+    workers = [optuna.load_study(study_name="s", storage=rdb_storage(url, 60)) for _ in range(4)]
+    for round_ in range(20):
+        workers[0].enqueue_trial({"x": float(round_)})
+        start, taken = threading.Barrier(len(workers)), []
+        threads = [
+            threading.Thread(target=ask_at_once, args=(study, start, taken)) for study in workers
+        ]
+        [thread.start() for thread in threads]
+        [thread.join() for thread in threads]
+        assert len(set(taken)) == len(workers), f"round {round_}: trials {sorted(taken)}"
+
+
+def ask_at_once(study, start, taken):
+    start.wait()
+    taken.append(study.ask().number)

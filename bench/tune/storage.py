@@ -13,7 +13,7 @@ from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
 from bench.util.errors import first_line
 
 if TYPE_CHECKING:
-    from sqlalchemy.engine import URL
+    from sqlalchemy.engine import URL, Engine
 
 HEARTBEAT_S = 10
 # What installs the driver a study's `postgresql://` opens with (`engine_url`).
@@ -32,7 +32,7 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
 
     check_kept(url)
     try:
-        return RDBStorage(
+        storage = RDBStorage(
             engine_url(url),
             heartbeat_interval=HEARTBEAT_S,
             grace_period=grace_s,
@@ -44,6 +44,28 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
         raise StorageError(f"--storage {shown(url)}: {first_line(err)}") from None
     except ImportError as err:
         raise StorageError(missing_driver(url, err)) from None
+    if storage.engine.dialect.name == "sqlite":
+        serialize_sqlite(storage.engine)
+    return storage
+
+
+def serialize_sqlite(engine: Engine) -> None:
+    """Every transaction on this SQLite engine takes the database's write lock from its start
+    (BEGIN IMMEDIATE; SQLAlchemy's recipe for pysqlite), where SQLite ignores Optuna's SELECT
+    ... FOR UPDATE: two workers taking a queued trial (the default, a retry) then both read it
+    WAITING, both ran it, and the second failed at its end ("Cannot tell a COMPLETE trial").
+    The connections Optuna opened already are closed; the next ones begin so."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "connect")
+    def no_implicit_begin(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite's own BEGIN, deferred, is off
+
+    @event.listens_for(engine, "begin")
+    def begin_immediate(connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine.dispose()
 
 
 def check_kept(url: str) -> None:
