@@ -6,8 +6,10 @@ import time
 
 import optuna
 import pandas as pd
+import pytest
 from optuna.trial import TrialState
 
+from bench.data.glyphs import GlyphSpec, load_glyphs
 from bench.tune.pruning import EPOCHS_TRAINED, epochs_trained, savings
 from bench.tune.study import (
     TuneSetup,
@@ -21,6 +23,13 @@ from bench.tune.study import (
 from tests.conftest import cli
 
 TINY = "glyphs:classes=20,instances=12"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def tiny_glyphs():
+    """TINY made before any test, so that a command's output is the same whichever test runs
+    first: on a cold cache it begins with the glyphs' "generating" line."""
+    load_glyphs(GlyphSpec.parse(TINY), say=lambda _: None)
 
 
 def test_a_trial_left_running_by_a_killed_worker_is_waited_for_and_retried(tmp_path):
