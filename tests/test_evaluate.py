@@ -6,7 +6,7 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from bench.evaluation.clustering import nmi, nmi_best_of
 from bench.evaluation.metrics import evaluate, evaluate_gallery
-from bench.evaluation.retrieval import gallery_scores, map_at_r, recall_at_k
+from bench.evaluation.retrieval import distance_fault, gallery_scores, map_at_r, recall_at_k
 from bench.util.knn import knn, search
 
 # Five points on a line: labels a a b b a.
@@ -234,3 +234,21 @@ def test_durations_read_in_their_unit():
     from bench.util.progress import duration
 
     assert [duration(s) for s in (37.4, 600, 12_600)] == ["37 s", "10 min", "3.5 h"]
+
+
+def test_embeddings_whose_squared_distances_overflow_float32_are_refused_in_one_line():
+    # A network that diverged without a NaN: faiss's k-means aborted the process on these, and
+    # every distance was infinite, so every neighbour tied.
+    x = np.array([[0.0, 1.0], [1.0, 0.0], [2e19, 0.0], [0.0, 3.0]], dtype=np.float32)
+    labels = np.array([0, 0, 1, 1])
+    assert "2e+19 overflows float32" in distance_fault(x)
+    with pytest.raises(ValueError, match="cannot search these embeddings: a value of 2e"):
+        evaluate(x, labels)
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        evaluate_gallery(x[:2], labels[:2], np.array([[np.nan, 0.0]]), labels[2:3])
+    # The bound: dims * (2 * largest)^2 just below float32's largest value passes.
+    dims = 2
+    bound = np.sqrt(float(np.finfo(np.float32).max) / (4 * dims))
+    assert distance_fault(np.full((2, dims), bound * 0.999, dtype=np.float32)) == ""
+    assert distance_fault(np.full((2, dims), bound * 1.001, dtype=np.float32)) != ""
+    assert distance_fault(np.zeros((0, 4), dtype=np.float32)) == ""

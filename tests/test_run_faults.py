@@ -75,6 +75,30 @@ def test_divergence_stops_and_tests_the_best_epoch_so_far(tmp_path, nan_at):
     assert again.exit_code == 0 and "diverged at epoch 2, step 3" in again.output
 
 
+def test_embeddings_too_large_for_float32_distances_are_a_divergence(tmp_path, monkeypatch):
+    # Finite but about 1e20 (softmax at --lr 100): faiss's k-means aborted the process at the
+    # test, and the run could never finish. Epoch 2's validation embeddings are scaled so.
+    real_validate = trainer.Trainer.validate
+
+    def validate(self, epoch):
+        if epoch != 2:
+            return real_validate(self, epoch)
+        real_embed = self.embed_split
+        self.embed_split = lambda split: (real_embed(split)[0] * 1e20, real_embed(split)[1])
+        try:
+            return real_validate(self, epoch)
+        finally:
+            del self.embed_split
+
+    monkeypatch.setattr(trainer.Trainer, "validate", validate)
+    line = error_line(invoke(tmp_path))
+    assert "diverged" in line and "--lr" in line
+    metrics = json.loads((the_run(tmp_path) / "metrics.json").read_text())
+    assert metrics["diverged"].startswith("epoch 2, validation embeddings: a value of ")
+    assert "overflows float32's squared distances" in metrics["diverged"]
+    assert metrics["best_epoch"] == 1 and 0 < metrics["map@r"] <= 1
+
+
 def test_divergence_in_the_first_epoch_is_an_error_with_nothing_finished(tmp_path, nan_at):
     nan_at(1, 2)
     line = error_line(invoke(tmp_path))

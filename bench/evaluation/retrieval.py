@@ -246,12 +246,33 @@ def _scores(
 ) -> dict[str, np.ndarray]:
     """faiss's chunked scores on the CPU, or torch's on `device` where one is given."""
     ks = tuple(sorted(set(ks)))
+    for x in (queries, base):
+        fault = distance_fault(x)
+        if fault:
+            raise ValueError(f"cannot search these embeddings: {fault}")
     if device is None:
         args = (queries, query_codes, base, base_codes, r, exclude_self, chunk, ks)
         return _chunked_scores(*args)
     with searching_bar(len(queries)) as bar:
         args = (queries, query_codes, base, base_codes, r, exclude_self, device, ks, bar)
         return dict(zip(score_names(ks), device_scores(*args), strict=True))
+
+
+def distance_fault(x: np.ndarray) -> str:
+    """Why float32 distances between these rows cannot be trusted ('' where they can): a value
+    that is not finite, or one so large that a squared distance overflows to infinity (a
+    network that diverged without a NaN), where faiss's k-means aborts the process and every
+    distance ties."""
+    x = np.asarray(x)
+    if not x.size:
+        return ""
+    if not np.isfinite(x).all():
+        return "some values are NaN or infinite"
+    largest = float(np.abs(x).max())
+    # |a - b|^2 <= dims * (2 * largest)^2 must stay below float32's largest value.
+    if largest >= np.sqrt(float(np.finfo(np.float32).max) / (4 * x.shape[-1])):
+        return f"a value of {largest:.3g} overflows float32's squared distances"
+    return ""
 
 
 def gallery_scores(

@@ -17,8 +17,9 @@ class Diverged(ValueError):
 
     def __init__(self, epoch: int, step: int | str, value: float):
         self.epoch, self.step, self.value = epoch, step, value
-        where = f"step {step}" if isinstance(step, int) else step
-        super().__init__(f"epoch {epoch}, {where} (loss {value})")
+        # A step names its loss; a named place (the validation embeddings) says what it found.
+        where = f"step {step} (loss {value})" if isinstance(step, int) else step
+        super().__init__(f"epoch {epoch}, {where}")
 
 
 class StepLosses:

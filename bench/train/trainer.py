@@ -15,6 +15,7 @@ from bench.data.datasets import query_flags
 from bench.data.recall_ks import recall_ks
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import Scores, evaluate
+from bench.evaluation.retrieval import distance_fault
 from bench.models.embed import embed, embedding_loader
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
@@ -192,8 +193,9 @@ class Trainer:
         if not len(self.data.val):  # --val-fraction 0: every epoch beats the one before
             return {"score": float(epoch)}
         emb, labels = self.embed_split(self.data.val)
-        if not np.isfinite(emb).all():
-            raise Diverged(epoch, "validation embeddings", float("nan"))
+        fault = distance_fault(emb)
+        if fault:
+            raise Diverged(epoch, f"validation embeddings: {fault}", float("nan"))
         metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False, **self.search)
         for evaluation in self.evaluations:
             metrics.update(evaluation.validate(self, emb, labels))
