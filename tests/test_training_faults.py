@@ -223,6 +223,15 @@ def test_a_crop_larger_than_its_image_is_refused(tmp_path, args, line):
     assert line in error and "give a --crop of at most" in error
 
 
+def test_suite_refuses_a_crop_larger_than_its_image_in_one_line_as_run_does(tmp_path):
+    out = cli("suite", "--dataset", f"folder:{tmp_path}", "--losses", "contrastive",
+              "--resize", "32", "--crop", "64", "--results", tmp_path / "r",
+              catch_exceptions=True)  # fmt: skip
+    assert out.exit_code == 1, out.output
+    assert out.output.startswith("Error: --crop 64 exceeds --resize 32"), out.output
+    assert "Traceback" not in out.output and not (tmp_path / "r").exists()
+
+
 def test_every_command_that_builds_configs_checks_the_crop():
     with pytest.raises(ValueError, match="--crop 300 exceeds"):
         make_configs("cub", "nngk", None, {}, crop=300)

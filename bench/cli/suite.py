@@ -60,7 +60,7 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
     each miner, on glyphs: the comparison in reports/), 3 seeds each. With --preset liu2019,
     Liu et al. 2019's strategies with FC and GAP embeddings instead; with another --preset, the
     losses under its settings."""
-    from bench.cli.run import check_choices
+    from bench.cli.run import check_choices, checked_configs
 
     dispatch = dispatch_from(options)
     settings = settings_from(options, SUITE_SETTINGS)
@@ -76,14 +76,12 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
         given = planned_params([(loss, p) for loss, p, _ in plan], name_values(loss_param))
     except ValueError as err:
         raise click.ClickException(str(err)) from None
-    from bench.train.presets import make_configs
-
     protocol, chosen_embedding = settings.pop("protocol"), settings.pop("embedding")
     configs = [
         c
         for (loss, _, embedding), params in zip(plan, given, strict=True)
         for s in seeds
-        for c in make_configs(
+        for c in checked_configs(
             dataset,
             loss,
             None if embedding == "gap" else dims,
