@@ -97,3 +97,30 @@ def test_a_bad_features_file_is_a_one_line_error(tmp_path):
     errors = [line for line in out.output.splitlines() if line.startswith("Error")]
     assert "missing array split" in errors[0] and errors == out.output.strip().splitlines()[-1:]
     assert not any(tmp_path.glob("*/metrics.json"))
+
+
+@pytest.mark.parametrize(
+    "dataset, backbone, says",
+    [
+        ("digits", "linear", "--backbone linear takes feature vectors (--dataset features:"),
+        ("digits", "mlp", "--backbone mlp takes feature vectors"),
+        ("FEATURES", "small_cnn", "--backbone small_cnn takes images, not a features file's"),
+    ],
+)
+def test_a_backbone_for_the_other_kind_of_input_is_refused_before_anything_is_written(
+    tmp_path, dataset, backbone, says
+):
+    # Before: torch's "mat1 and mat2 shapes cannot be multiplied", after a baseline of the
+    # raw inputs labelled as the untrained head had been written, and a stub run folder.
+    if dataset == "FEATURES":
+        write_features(tmp_path / "f.npz")
+        dataset = f"features:{tmp_path / 'f.npz'}"
+    results = tmp_path / "results"
+    cmd = ["run", "--dataset", dataset, "--backbone", backbone, "--pretrained", "none",
+           "--loss", "contrastive", "--epochs", "1", "--dims", "8",
+           "--results", results]  # fmt: skip
+    out = CliRunner().invoke(main, [str(a) for a in cmd])
+    assert out.exit_code == 1, out.output
+    errors = [line for line in out.output.splitlines() if line.startswith("Error")]
+    assert errors == out.output.strip().splitlines()[-1:] and says in errors[0], out.output
+    assert not results.exists()

@@ -9,6 +9,7 @@ import numpy as np
 from bench.data.datasets import DataSplits
 from bench.data.names import FEATURES_PREFIX
 from bench.models.backbones import check_backbone_weights
+from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.train.distributed import Ranks, check_divisible
@@ -52,12 +53,30 @@ def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
 def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
     """A one-line ValueError for a run that would train nothing or score nonsense."""
     check_divisible(cfg.batch_size, Ranks(0, world))
+    check_input_kind(cfg)
     check_test(cfg, data)
     check_validation(cfg, data)
     check_trained_classes(cfg, data)
     check_batches(cfg, data)
     check_memory(cfg)
     check_recipe(cfg)
+
+
+def check_input_kind(cfg: RunConfig) -> None:
+    """The vector heads (mlp, linear) for a features file's vectors, an image network for
+    images: the other way round failed in torch's words after the baselines were written."""
+    vectors = cfg.dataset.startswith(FEATURES_PREFIX)
+    if cfg.backbone in VECTOR_BACKBONES and not vectors:
+        raise ValueError(
+            f"--backbone {cfg.backbone} takes feature vectors (--dataset features:FILE.npz, "
+            f"written by `nngk-bench features`), not {cfg.dataset}'s images; give an image "
+            "backbone (e.g. --backbone small_cnn)"
+        )
+    if vectors and cfg.backbone not in VECTOR_BACKBONES:
+        raise ValueError(
+            f"--backbone {cfg.backbone} takes images, not a features file's vectors; give "
+            f"--backbone {' or '.join(VECTOR_BACKBONES)}"
+        )
 
 
 def check_memory(cfg: RunConfig) -> None:
