@@ -20,7 +20,7 @@ from bench.data.splits import three_way
 from bench.train.guards import StepLosses, loss_trend, widen_steps
 from bench.train.presets import make_configs
 from tests.conftest import cli
-from tests.fixtures.folder import class_image
+from tests.fixtures.folder import class_image, make_folder
 
 INTERRUPTED = "interrupted; run the same command again to resume"
 
@@ -347,3 +347,25 @@ def test_a_run_id_that_fits_is_unchanged():
     other = RunConfig(dataset="features:/" + "x" * 301 + ".npz", dims=64).run_id()
     assert len(long.encode()) == 247 and long.endswith("-nngk-d64-s0-" + long[-8:])
     assert long != other
+
+
+@pytest.mark.parametrize("command", ["run", "suite"])
+@pytest.mark.parametrize("inside", [".", "maple/results"])
+def test_a_results_folder_inside_the_image_folder_is_refused(tmp_path, command, inside):
+    # Run from inside the folder: the runs went into the user's data, and the next run read
+    # the report's images as a ninth class.
+    root = make_folder(tmp_path, classes=4, per_class=3)
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    loss = "--loss" if command == "run" else "--losses"
+    out = cli(command, "--dataset", f"folder:{root}", loss, "contrastive",
+              "--results", root / inside, catch_exceptions=True)  # fmt: skip
+    assert out.exit_code == 1, out.output
+    (error,) = [line for line in out.output.splitlines() if line.startswith("Error: ")]
+    assert f"lies inside the data folder {root}" in error and "Traceback" not in out.output
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before
+
+
+@pytest.mark.parametrize("name, says", [("folder:", "folder:PATH"), ("features:", "FILE.npz")])
+def test_a_folder_or_features_data_set_without_its_path_is_refused(tmp_path, name, says):
+    error = refused(tmp_path / "r", "--dataset", name, "--loss", "contrastive")
+    assert f"--dataset {name} names no" in error and says in error

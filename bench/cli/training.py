@@ -124,11 +124,12 @@ def train_all(configs: list, results: Path, force: bool, device) -> list[str]:
     processes together under torchrun); the runs that diverged."""
     from bench.train.baseline import run_baseline
     from bench.train.distributed import ranks_from_env
-    from bench.train.preflight import check_runs
+    from bench.train.preflight import check_results_outside_data, check_runs
     from bench.train.trainer import Trainer
     from bench.util.runtime import default_device
 
     ranks = ranks_from_env(device or default_device())
+    check_results_outside_data(configs, results)
     configs = identified(configs)
     if ranks.world == 1:  # what it does from the start: the checks load the data
         log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")

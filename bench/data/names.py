@@ -40,6 +40,10 @@ def check_dataset_name(name: str) -> None:
     (a glyphs set's parameters are checked where it is made)."""
     from bench.util.errors import did_you_mean
 
+    if name == FOLDER_PREFIX:  # the current folder, silently, before
+        raise ValueError(f"--dataset {name} names no folder; give {name}PATH ({name}. for here)")
+    if name == FEATURES_PREFIX:
+        raise ValueError(f"--dataset {name} names no file; give {name}FILE.npz")
     known = name in ("digits", *READER_NAMES) or is_glyphs(name)
     if known or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
         return

@@ -4,10 +4,12 @@ scored. Each fault is a one-line ValueError naming what to change."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from bench.data.datasets import DataSplits
-from bench.data.names import FEATURES_PREFIX
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.models.backbones import check_backbone_weights
 from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
@@ -48,6 +50,21 @@ def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
             loaded[key] = load_data(cfg)
         check_run(cfg, loaded[key], world)
     return loaded[tuple(getattr(configs[0], name) for name in DATA_SETTINGS)]
+
+
+def check_results_outside_data(configs: list[RunConfig], results: Path) -> None:
+    """A one-line ValueError where the results folder lies inside a run's image folder (run
+    from inside it): the runs and the report would be written into the user's data, and the
+    next run would read the report's images as one more class."""
+    where = Path(results).expanduser().resolve()
+    for dataset in dict.fromkeys(c.dataset for c in configs if c.dataset.startswith(FOLDER_PREFIX)):
+        root = Path(dataset.removeprefix(FOLDER_PREFIX)).expanduser().resolve()
+        if where == root or root in where.parents:
+            raise ValueError(
+                f"--results {results} lies inside the data folder {root}: the runs would be "
+                "written into your data and read back as a class of it; give a --results "
+                "folder outside it (e.g. run from the folder above)"
+            )
 
 
 def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
