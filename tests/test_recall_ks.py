@@ -86,7 +86,7 @@ def runs_of_two_versions(results, seeds=3, old_contrastive=True):
 
 def test_older_runs_keep_their_columns_and_today_adds_its_own(tmp_path):
     runs_of_two_versions(tmp_path / "r")
-    written, problems, _ = write_report(tmp_path / "r", tmp_path / "rep")
+    written, problems, _, _ = write_report(tmp_path / "r", tmp_path / "rep")
     assert problems == []
     rows = md_rows((tmp_path / "rep" / "sop.md").read_text())
     header = rows[0]

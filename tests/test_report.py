@@ -71,7 +71,7 @@ def test_copies_of_a_seed_are_one_run_and_nan_metrics_are_left_out_and_counted(r
 
 def test_report_writes_table_csv_plot_and_index(results, tmp_path):
     out = tmp_path / "reports"
-    written, problems, _ = write_report(results, out)
+    written, problems, _, _ = write_report(results, out)
     assert {p.name for p in written} == {
         "digits.md",
         "digits.csv",
@@ -151,8 +151,13 @@ def test_a_readme_that_is_not_a_report_removes_nothing(results, tmp_path):
     (out / "README.md").write_text("# My notes\n\n[keep](keep.md)\n")
     (out / "keep.md").write_text("mine")
     out_text = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(out)])
-    assert out_text.exit_code == 0 and "removed" not in out_text.output
-    assert (out / "keep.md").read_text() == "mine"
+    assert "removed" not in out_text.output and (out / "keep.md").read_text() == "mine"
+    # Its own README (the index) could not be written: not a success, and it says what to do.
+    assert out_text.exit_code == 1 and out_text.output.strip().splitlines()[-1] == (
+        f"Error: the report in {out} is incomplete: 1 part(s) or file(s) not written "
+        f"({out / 'README.md'} not written); move those files away (or give --out another "
+        "folder) and report again"
+    )
 
 
 def test_a_results_folder_with_no_runs_is_an_error_that_removes_nothing(results, tmp_path):
@@ -289,14 +294,16 @@ def test_report_never_overwrites_or_removes_a_file_it_did_not_write(results, tmp
     (out / "README.md").write_text("# My project\n")  # an unrelated folder's README
     report = ["report", "--results", str(results), "--out", str(out)]
     first = CliRunner().invoke(main, report)
-    assert first.exit_code == 0 and (out / "README.md").read_text() == "# My project\n"
+    assert first.exit_code == 1 and (out / "README.md").read_text() == "# My project\n"
+    assert "is incomplete: 1 part(s) or file(s) not written" in first.output
     assert f"skipped {out / 'README.md'}: not a file this report wrote" in first.output
     assert (out / "digits.md").is_file()
     (out / "digits.csv").write_text("edited by hand")  # a report's file, changed since
     shutil.rmtree(results / "t64")
     fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")  # new numbers
     again = CliRunner().invoke(main, report)
-    assert again.exit_code == 0 and (out / "digits.csv").read_text() == "edited by hand"
+    assert again.exit_code == 1 and (out / "digits.csv").read_text() == "edited by hand"
+    assert "is incomplete: 2 part(s) or file(s) not written" in again.output
     assert "55.00" in (out / "digits.md").read_text()  # its own unchanged file is rewritten
     shutil.rmtree(results)
     gone = CliRunner().invoke(main, report)  # no runs: an error, and nothing is removed

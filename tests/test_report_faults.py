@@ -51,7 +51,7 @@ def test_data_sets_whose_names_read_alike_never_share_a_table(tmp_path):
         assert sorted(part["loss"]) == ["nngk", "untrained"]
     names = sorted(tables.groups)
     assert all(re.fullmatch(r"folder-(data-|my-data)-[0-9a-f]{8}", n) for n in names), names
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     assert problems == [] and len([p for p in written if re.fullmatch(r".*-\w{8}\.md", p.name)])
     assert len({p.name for p in written if p.suffix == ".md"} - {"README.md"}) == 5
     assert load_runs(r)[0]["table"].tolist() == df["table"].tolist()  # stable names
@@ -106,7 +106,7 @@ def test_the_only_trained_run_damaged_keeps_the_table_of_baselines_saying_so(tmp
     embedded(r, "c0", "contrastive", 0)
     make_run(r, "raw", loss="untrained", dims=64, features="raw inputs")
     truncate(r / "c0" / store.EMBEDDINGS)
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     damaged = "c0: test_embeddings.npz is damaged (File is not a zip file)"
     # Named once, and no builder failed on a table of baselines alone.
     assert problems == [f"{damaged}; the run is left out of digits"]
@@ -123,7 +123,7 @@ def test_a_truncated_training_file_is_named_too(tmp_path):
         embedded(r, f"c{seed}", "contrastive", seed)
     relabel(r / "c0", embedding="gap")  # two embeddings: the train/test table reads the files
     truncate(r / "c1" / store.TRAIN_EMBEDDINGS)
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     assert problems == [
         "c1: train_embeddings.npz is damaged (File is not a zip file); the run is left out of "
         "digits"
@@ -183,7 +183,7 @@ def test_a_report_killed_midway_is_completed_by_the_next(results, tmp_path, monk
     killed_at(monkeypatch, 3)
     with pytest.raises(Killed):
         write_report(results, out)
-    _, problems, _ = write_report(results, out)
+    _, problems, _, _ = write_report(results, out)
     assert not [p for p in problems if "not a file this report wrote" in p]
     assert "55.00" in (out / "digits.md").read_text()
     recorded = manifest.read_manifest(out)
@@ -212,7 +212,7 @@ def test_a_full_disk_mid_report_leaves_files_whole_and_the_next_report_completes
     assert cli.exit_code == 1 and "no space left on the device" in cli.output
     assert not list(out.glob(".*.tmp"))
     monkeypatch.setattr(manifest, "atomic_write_bytes", real)
-    _, problems, _ = write_report(results, out)
+    _, problems, _, _ = write_report(results, out)
     assert not [p for p in problems if "not a file this report wrote" in p]
     assert "55.00" in (out / "digits.md").read_text()
 
@@ -244,7 +244,17 @@ def test_the_setup_line_names_which_loss_had_which_value_and_counts_seeds(tmp_pa
     assert seeds_text(pd.Series(range(10))) == "10 seeds (0-9)"
 
 
-@pytest.mark.parametrize("bad", [{"dims": "64"}, {"seed": -1}, {"dataset": 3}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"dims": "64"},
+        {"seed": -1},
+        {"dataset": 3},
+        # Read by the main table's builder, whose ValueError dropped the whole table.
+        {"untrained_network": {"map@r": "n/a"}},
+        {"untrained_network": 5},
+    ],
+)
 def test_a_run_with_a_malformed_record_is_left_out_and_named(tmp_path, bad):
     r = tmp_path / "r"
     make_run(r, "ok", loss="nngk")
@@ -307,3 +317,74 @@ def test_a_file_where_a_folder_goes_is_named(tmp_path, command):
     assert out.exit_code == 2, out.output
     assert f"Invalid value for '{command[1]}': Directory '{a_file}' is a file." in out.output
     assert a_file.read_text() == "the user's"
+
+
+def report_cli(folder, out):
+    return CliRunner().invoke(main, ["report", "--results", str(folder), "--out", str(out)])
+
+
+def test_a_part_that_fails_keeps_the_earlier_reports_files_and_exits_non_zero(
+    results,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    # Before: "skipped digits: embedding_files left out", the earlier digits.md, .csv and .png
+    # removed as stale, and exit 0.
+    out = tmp_path / "rep"
+    assert report_cli(results, out).exit_code == 0
+    before = (out / "digits.md").read_bytes()
+
+    def failing(runs, name):
+        raise ValueError("a fault")
+
+    import bench.report.write as write
+
+    builders = (failing, *write.TABLE_BUILDERS[1:])
+    monkeypatch.setattr(write, "TABLE_BUILDERS", builders)
+    failed = report_cli(results, out)
+    assert failed.exit_code == 1 and "removed" not in failed.output
+    assert "skipped digits: failing left out (ValueError: a fault)" in failed.output
+    assert (
+        failed.output.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"Error: the report in {out} is incomplete: 1 part(s) or file(s) not written "
+            "(digits: failing left out); its earlier files were kept"
+        )
+    )
+    assert (out / "digits.md").read_bytes() == before and (out / "digits.png").is_file()
+    monkeypatch.setattr(write, "TABLE_BUILDERS", (write.embedding_files, *builders[1:]))
+    again = report_cli(results, out)  # still the report's own files: rewritten, not refused
+    assert again.exit_code == 0 and "not a file this report wrote" not in again.output
+
+
+def test_baselines_alone_are_no_report(tmp_path):
+    # Before: exit 0, a README saying "No finished runs." and an index with no table.
+    r = tmp_path / "r"
+    make_run(r, "base", loss="untrained")
+    make_run(r, "half", loss="nngk")
+    (r / "half" / store.METRICS).unlink()
+    out = report_cli(r, tmp_path / "o")
+    assert out.exit_code == 1 and out.output.strip().splitlines()[-1] == (
+        f"Error: no finished trained run in {r}, only 1 baseline(s) (1 folder(s) unfinished or "
+        "damaged); train some first, or finish them (run the same command again); nothing was "
+        "written or removed"
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_lost_manifest_is_an_error_saying_what_to_do(results, tmp_path):  # noqa: F811
+    # Before: exit 0 with every file "left as it is", the new run in none of them.
+    out = tmp_path / "rep"
+    assert report_cli(results, out).exit_code == 0
+    (out / manifest.MANIFEST).unlink()
+    fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")
+    stale = report_cli(results, out)
+    assert stale.exit_code == 1 and "55.00" not in (out / "digits.md").read_text()
+    assert (
+        stale.output.strip()
+        .splitlines()[-1]
+        .endswith(
+            "not written, ...); move those files away (or give --out another folder) and report again"
+        )
+    )

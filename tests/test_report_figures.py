@@ -74,7 +74,7 @@ def test_pair_distances_are_the_test_pairs_of_the_run(pairs_results):
 
 def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_results, tmp_path):
     out = tmp_path / "reports"
-    written, problems, _ = write_report(pairs_results, out)
+    written, problems, _, _ = write_report(pairs_results, out)
     assert problems == []
     names = {p.name for p in written}
     expected = {
@@ -145,7 +145,7 @@ def test_a_damaged_run_file_leaves_out_that_run_alone_and_names_it(pairs_results
     nngk, contrastive = run_dir(results, "nngk"), run_dir(results, "contrastive")
     good = (nngk / "pr_unseen.csv").read_bytes()
     (nngk / "pr_unseen.csv").write_text("precision,recall\n0.5,oops\n")
-    written, problems, _ = write_report(results, out)
+    written, problems, _, _ = write_report(results, out)
     assert problems == [
         f"{nngk.name}: pr_unseen.csv is damaged (column recall, threshold is not numbers); "
         "the run is left out of digits-pairs"
@@ -199,7 +199,7 @@ def test_accuracy_against_examples_per_class(tmp_path):
     assert frame["method"].tolist() == ["nngk"] * 3 + ["softmax"] * 3
     assert frame["train_per_class"].tolist() == [5, 20, 40] * 2
     assert frame["accuracy"].tolist() == [0.3, 0.5, 0.8, 0.2, 0.4, 0.7]
-    written, problems, _ = write_report(r, tmp_path / "out")
+    written, problems, _, _ = write_report(r, tmp_path / "out")
     assert problems == []
     png = tmp_path / "out" / "digits-classify-accuracy-vs-examples.png"
     assert png in written and png.read_bytes().startswith(PNG)
@@ -233,7 +233,7 @@ def test_effect_of_neighbours_reads_k_from_metrics_or_config(tmp_path):
     assert frame["k"].tolist() == [5, 5, 50, 50, 200]
     assert frame["recall@1"].tolist() == pytest.approx([0.6, 0.7, 0.8, 0.9, 0.9])
     assert set(frame["method"]) == {"nngk"}
-    written, _, _ = write_report(r, tmp_path / "out")
+    written, _, _, _ = write_report(r, tmp_path / "out")
     assert tmp_path / "out" / "digits-neighbours.png" in written
 
 

@@ -42,7 +42,7 @@ def miniature_report(tmp_path_factory):
     run("--protocol", "pairs", "--loss", "contrastive", "--dataset", "tinyimagenet",
         "--data-root", tiny, *FAST, "--results", results)  # fmt: skip
     out = tmp / "reports"
-    written, problems, _ = write_report(results, out)
+    written, problems, _, _ = write_report(results, out)
     mp.undo()
     return results, out, {p.name for p in written}, problems
 

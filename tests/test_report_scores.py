@@ -186,7 +186,7 @@ def test_a_folder_that_cannot_be_written_is_scored_from_memory(tmp_path, monkeyp
 
 def report_files(results, out):
     """The report's tables and figures (README.md and index.html name the results folder)."""
-    written, problems, _ = write_report(results, out)
+    written, problems, _, _ = write_report(results, out)
     assert problems == []
     return {p.name: p.read_bytes() for p in written if p.name not in ("README.md", "index.html")}
 
@@ -218,6 +218,6 @@ def test_a_run_without_embeddings_leaves_its_table_unmarked(tmp_path):
     r = tmp_path / "r"
     embedded_run(r, "good0", "contrastive", 0, noise=0.6)
     make_run(r, "plain", loss="lifted", seed=1)  # metrics only: no embeddings, no scores
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     assert problems == [] and not (tmp_path / "rep" / "digits-differences.csv").exists()
     assert not (r / "plain" / store.QUERY_SCORES).exists()

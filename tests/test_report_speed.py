@@ -65,7 +65,7 @@ def test_the_benchmark_times_a_report_that_searches_nothing_against_reading_metr
 
     def report(results, out):
         refuse_search(monkeypatch)  # the runs were generated with their scores: none is searched
-        written, problems, _ = write_report(results, out)
+        written, problems, _, _ = write_report(results, out)
         monkeypatch.undo()
         assert problems == []
         tables = [p for p in written if p.name.startswith("features-sweep") and p.suffix == ".md"]

@@ -92,7 +92,7 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     classify_results, tmp_path
 ):
     out = tmp_path / "reports"
-    written, problems, _ = write_report(classify_results, out)
+    written, problems, _, _ = write_report(classify_results, out)
     assert problems == []
     assert {"classification.md", "classification.csv", "classification-ablation.csv"} <= {
         p.name for p in written
@@ -154,7 +154,7 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
 
 def test_no_classification_files_without_classify_runs(tmp_path):
     make_run(tmp_path / "results", "a", loss="nngk")
-    written, _, _ = write_report(tmp_path / "results", tmp_path / "out")
+    written, _, _, _ = write_report(tmp_path / "results", tmp_path / "out")
     assert not any(p.name.startswith("classification") for p in written)
 
 
@@ -190,7 +190,7 @@ def test_train_test_table_per_embedding_split_and_method(tmp_path):
     make_run(r, "npair-gap", arrays=arrays, loss="npair", embedding="gap", dims=512, **cub)
     make_run(r, "base", loss="untrained", dims=64, dataset="cub")
     out = tmp_path / "reports"
-    written, problems, _ = write_report(r, out)
+    written, problems, _, _ = write_report(r, out)
     assert problems == [] and out / "cub-train-test.md" in written
     measured, _, published = (out / "cub-train-test.md").read_text().partition("## Published")
     rows = md_rows(measured)
@@ -223,10 +223,10 @@ def test_train_test_table_needs_train_metrics_or_two_embeddings(tmp_path):
     r = tmp_path / "results"
     make_run(r, "a", loss="nngk")
     make_run(r, "b", loss="softmax")
-    written, _, _ = write_report(r, tmp_path / "out")
+    written, _, _, _ = write_report(r, tmp_path / "out")
     assert not any("train-test" in p.name for p in written)
     make_run(r, "c", loss="nngk", embedding="gap")  # two embeddings: R@1 of the train npz
-    written, _, _ = write_report(r, tmp_path / "out")
+    written, _, _, _ = write_report(r, tmp_path / "out")
     assert (tmp_path / "out" / "digits-train-test.md") in written
 
 
@@ -283,7 +283,7 @@ def test_best_and_worst_categories_averaged_over_seeds(tmp_path):
         tables = {"categories_seen.csv": categories(seed, acc), "categories_unseen.csv": unseen}
         make_run(r, f"c{seed}", tables=tables, seed=seed, seen_accuracy=0.8, **tiny)
     out = tmp_path / "reports"
-    written, problems, _ = write_report(r, out)
+    written, problems, _, _ = write_report(r, out)
     assert problems == []
     table = pd.read_csv(out / "tinyimagenet-pairs-categories.csv")
     seen_rows = table[table["split"] == "seen"]
@@ -367,7 +367,7 @@ def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path
         "digits-classify-linear",
         "digits-linear",
     ]
-    written, problems, _ = write_report(r, tmp_path / "out")
+    written, problems, _, _ = write_report(r, tmp_path / "out")
     assert not problems
     rows = md_rows((tmp_path / "out" / "digits-classify-linear.md").read_text())
     assert rows[0][8:12] == ["NMI (best of 5)", "mprec@1", "mprec@10", "mprec@50"]

@@ -145,7 +145,7 @@ def test_report_marks_significant_differences_and_bolds_a_clear_winner(tmp_path)
         embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
         embedded_run(r, f"same{seed}", "npair", seed + 10, noise=0.6)
         embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     assert problems == [] and tmp_path / "rep" / "digits-differences.csv" in written
     text = (tmp_path / "rep" / "digits.md").read_text()
     map_cell = column(text, "MAP@R")
@@ -236,7 +236,7 @@ def test_a_row_without_saved_embeddings_is_named_and_the_others_still_compared(t
         embedded_run(r, f"same{seed}", "npair", seed + 10, noise=0.6)
         embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.6)
     (r / "same1" / "test_embeddings.npz").unlink()
-    written, problems, _ = write_report(r, tmp_path / "rep")
+    written, problems, _, _ = write_report(r, tmp_path / "rep")
     text = (tmp_path / "rep" / "digits.md").read_text()
     assert "Not tested for significance, no marks: npair 16-d (a run of the row saved" in text
     assert "▼" in column(text, "MAP@R")["lifted"] and "▼" not in column(text, "MAP@R")["npair"]

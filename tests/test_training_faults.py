@@ -333,7 +333,7 @@ def test_a_features_file_at_a_long_path_runs_and_is_reported(tmp_path):
     assert any("-softmax-d4-s0-" in name for name in runs)
     from bench.report.write import write_report
 
-    written, problems, _ = write_report(results, tmp_path / "report")
+    written, problems, _, _ = write_report(results, tmp_path / "report")
     assert not problems and any(p.name.endswith("-recall-at-k.png") for p in written)
 
 

@@ -39,7 +39,7 @@ def report(results, out, reference):
     from bench.report.write import write_report
 
     try:
-        written, problems, removed = write_report(results, out, reference)
+        written, problems, removed, incomplete = write_report(results, out, reference)
     except ValueError as err:
         raise click.ClickException(f"{err}; nothing was written or removed") from None
     except OSError as err:
@@ -50,3 +50,20 @@ def report(results, out, reference):
         click.echo(str(path))
     for path in removed:
         click.echo(f"removed {path} (an earlier report's, not written now)")
+    if incomplete:
+        raise click.ClickException(incomplete_line(out, incomplete))
+
+
+def incomplete_line(out: Path, incomplete: list[str]) -> str:
+    """Why the report in `out` is not whole, and what to do."""
+    failed = [line for line in incomplete if not line.endswith(" not written")]
+    todo = (
+        "its earlier files were kept; the line above names the fault (a damaged file of a run, "
+        "or nngk-bench's own, to report)"
+        if failed
+        else "move those files away (or give --out another folder) and report again"
+    )
+    return (
+        f"the report in {out} is incomplete: {len(incomplete)} part(s) or file(s) not "
+        f"written ({incomplete[0]}{', ...' if len(incomplete) > 1 else ''}); {todo}"
+    )

@@ -55,16 +55,21 @@ def remove_temporaries(out: Path, names: set[str]) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def publish(out: Path, files: Mapping[str, bytes], previous: Manifest) -> tuple[list, list]:
+def publish(
+    out: Path, files: Mapping[str, bytes], previous: Manifest, remove_stale: bool = True
+) -> tuple[list, list]:
     """Write `files` into `out` and remove the earlier report's files this one does not write
     (a table whose runs are gone), never touching a file that is not a report's or was changed
-    since. Returns (written names, removed names); the manifest then lists exactly the
-    written files."""
+    since; without `remove_stale` (a part of this report failed) they stay, still the
+    report's. Returns (written names, removed names); the manifest then lists exactly the
+    report's files in `out`."""
     out = Path(out)
     remove_temporaries(out, set(previous) | set(files))
     mine = {name: data for name, data in files.items() if ours(out / name, previous)}
     stale = [n for n in sorted(set(previous) - set(files)) if (out / n).exists()]
     stale = [n for n in stale if ours(out / n, previous)]
+    kept = {} if remove_stale else {n: previous[n] for n in stale}
+    stale = stale if remove_stale else []
     pending = {name: set(hashes) for name, hashes in previous.items()}
     for name, data in mine.items():
         pending.setdefault(name, set()).add(digest(data))
@@ -73,5 +78,5 @@ def publish(out: Path, files: Mapping[str, bytes], previous: Manifest) -> tuple[
         atomic_write_bytes(out / name, data)
     for name in stale:
         (out / name).unlink()
-    write_manifest(out, {name: {digest(data)} for name, data in mine.items()})
+    write_manifest(out, {**kept, **{name: {digest(data)} for name, data in mine.items()}})
     return sorted(mine), stale

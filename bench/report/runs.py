@@ -163,6 +163,18 @@ def metrics_fault(metrics: dict) -> str:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not an integer"
     if not isinstance(metrics["dataset"], str) or not isinstance(metrics["loss"], str):
         return "names its data set or loss by something other than text"
+    init = metrics.get("untrained_network")
+    return untrained_fault({} if init is None else init)
+
+
+def untrained_fault(init: object) -> str:
+    """What makes a run's record of its untrained network unusable ('' where nothing): the
+    MAP@R at init that the table shows, read as `metrics_fault` reads the run's own."""
+    if not isinstance(init, dict):
+        return f"has untrained_network = {init!r}, not a record of metrics"
+    bad = [k for k in retrieval_keys(init) if k in init and not is_number(init[k])]
+    if bad:
+        return f"has {', '.join(f'untrained_network.{k} = {init[k]!r}' for k in bad)}, not a number"
     return ""
 
 

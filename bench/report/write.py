@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 import pandas as pd
 from tqdm import tqdm
@@ -112,9 +112,10 @@ def with_reference(builder: Callable, reference: str | None) -> Callable:
 
 def build_groups(
     df: pd.DataFrame, builders: Sequence[Callable], problems: list[str]
-) -> dict[str, Files]:
+) -> tuple[dict[str, Files], list[str]]:
     """The files of each table, and across classify tables; a run with a damaged file is left
-    out of every table it is in, named among the problems, and the rest is built without it."""
+    out of every table it is in, named among the problems, and the rest is built without it.
+    With them, the parts that failed (a line each)."""
     tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
     left_out: dict[str, list[str]] = {}  # by table, the damaged runs left out of it
     with building_bar(part_count(tables, builders)) as bar:
@@ -125,8 +126,7 @@ def build_groups(
             except DamagedRun as err:
                 df = without_damaged(df, err, problems, left_out)
                 continue
-            problems += found
-            return {name: noted(name, files, left_out) for name, files in groups.items()}
+            return {name: noted(name, files, left_out) for name, files in groups.items()}, found
 
 
 def build_all(
@@ -169,34 +169,41 @@ def noted(table: str, files: Files, left_out: dict[str, list[str]]) -> Files:
     return {**files, main: f"{title}\n{lines}{rest}".encode()}
 
 
-def write_report(
-    results: Path, out: Path, reference: str | None = None
-) -> tuple[list[Path], list[str], list[Path]]:
+class ReportFiles(NamedTuple):
+    written: list[Path]
+    problems: list[str]  # a line each: a run skipped, a part that failed, a file left as it is
+    removed: list[Path]  # an earlier report's files that this one does not write
+    incomplete: list[str]  # why the report is not whole: a part failed, a file was left
+
+
+def write_report(results: Path, out: Path, reference: str | None = None) -> ReportFiles:
     """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
     .csv and -ablation.csv; README.md indexing them all, index.html showing them all.
     `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
-    else each column's best. Returns (files written, problems, earlier report's files removed).
-    A ValueError, with nothing written or removed, where `results` holds no finished run."""
+    else each column's best. Where a part failed, the earlier report's files stay. A
+    ValueError, with nothing written or removed, where `results` holds no finished run."""
     df, problems = load_runs(results)
-    if not len(df):
-        raise ValueError(no_runs_line(Path(results), problems))
+    if not len(df) or not table_names(df):
+        raise ValueError(no_runs_line(Path(results), problems, len(df)))
     check_reference(df, reference)
     out = Path(out)
     log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
-    groups = build_groups(df, builders, problems)
+    groups, failed = build_groups(df, builders, problems)
+    problems += failed
     tuned = tuning_files(results)
     if tuned:
         groups[TUNING] = tuned
     files = {name: data for group in groups.values() for name, data in group.items()}
     files["README.md"] = index_text(results, groups).encode()
     files["index.html"] = index_html(results, out, groups, df).encode()
-    written, removed = publish(out, files, read_manifest(out))
-    for name in sorted(set(files) - set(written)):
-        problems.append(
-            f"{out / name}: not a file this report wrote, or changed since; left as it is"
-        )
-    return [out / n for n in written], problems, [out / n for n in removed]
+    written, removed = publish(out, files, read_manifest(out), remove_stale=not failed)
+    left = [out / name for name in sorted(set(files) - set(written))]
+    problems += [
+        f"{p}: not a file this report wrote, or changed since; left as it is" for p in left
+    ]
+    incomplete = [line.partition(" (")[0] for line in failed] + [f"{p} not written" for p in left]
+    return ReportFiles([out / n for n in written], problems, [out / n for n in removed], incomplete)
 
 
 def check_reference(df: pd.DataFrame, reference: str | None) -> None:
@@ -211,12 +218,19 @@ def check_reference(df: pd.DataFrame, reference: str | None) -> None:
     )
 
 
-def no_runs_line(results: Path, problems: list[str]) -> str:
-    """Why there is nothing to report, and what to do."""
+def no_runs_line(results: Path, problems: list[str], baselines: int = 0) -> str:
+    """Why there is nothing to report (no run, or only `baselines` of the data sets), and
+    what to do."""
     if not results.is_dir():
         return (
             f"results folder {results} does not exist; give --results the folder that `run` "
             "or `suite` wrote into (default: results)"
+        )
+    if baselines:
+        return (
+            f"no finished trained run in {results}, only {baselines} baseline(s) "
+            f"({len(problems)} folder(s) unfinished or damaged); train some first, or finish "
+            "them (run the same command again)"
         )
     if problems:
         return (
