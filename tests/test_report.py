@@ -24,7 +24,13 @@ def fake_run(results, name, loss, dims, seed, value, miner=None):
         metrics["untrained_network"] = {k: value / 2 for k in KEYS}
     else:  # the raw inputs, as a baseline recorded them before it named itself
         metrics["backbone"] = "none"
-    atomic_write_json(results / name / "metrics.json", metrics)
+    finished_run(results / name, metrics)
+
+
+def finished_run(run_dir, metrics):
+    """A run folder as every version finished one: its config.json, then its metrics.json."""
+    atomic_write_json(run_dir / "config.json", {})
+    atomic_write_json(run_dir / "metrics.json", metrics)
 
 
 @pytest.fixture
@@ -216,7 +222,7 @@ def test_paper_rows_stand_beside_measured_rows_never_among_them(tmp_path):
     results = tmp_path / "results"
     metrics = {k: 0.5 for k in KEYS}
     metrics.update(dataset="cars196", protocol="metric", loss="nngk", miner=None, dims=64, seed=0)
-    atomic_write_json(results / "cars" / "metrics.json", metrics)
+    finished_run(results / "cars", metrics)
     out = tmp_path / "reports"
     write_report(results, out)
     measured, _, published = (out / "cars196.md").read_text().partition("## Published numbers")
@@ -247,7 +253,7 @@ def test_protocol_tables_show_their_own_metrics(tmp_path):
             seed=seed,
             accuracy=acc,
         )
-        atomic_write_json(results / f"c{seed}" / "metrics.json", metrics)
+        finished_run(results / f"c{seed}", metrics)
     pairs = {k: 0.5 for k in KEYS}
     pairs.update(
         dataset="tinyimagenet",
@@ -265,7 +271,7 @@ def test_protocol_tables_show_their_own_metrics(tmp_path):
         unseen_frr=0.5,
         unseen_ap=0.7,
     )
-    atomic_write_json(results / "p" / "metrics.json", pairs)
+    finished_run(results / "p", pairs)
     out = tmp_path / "reports"
     write_report(results, out)
     classify = (out / "cub-classify.md").read_text()
@@ -326,7 +332,7 @@ def test_an_earlier_versions_nmi_is_shown_as_best_of_5_not_as_the_single_run(tmp
     r = tmp_path / "r"
     fake_run(r, "new", "nngk", 64, 0, 0.70)
     old = {k: 0.6 for k in KEYS} | dict(dataset="digits", loss="nngk", miner=None, dims=64, seed=1)
-    atomic_write_json(r / "old" / "metrics.json", old)  # before nmi_best_of_5 existed
+    finished_run(r / "old", old)  # before nmi_best_of_5 existed
     row = summarise(load_runs(r)[0]).query("method == 'nngk'").iloc[0]
     assert row["nmi_mean"] == pytest.approx(0.70)  # the new run's single k-means NMI only
     assert row["nmi_best_of_5_mean"] == pytest.approx(0.65)  # both runs' best of 5

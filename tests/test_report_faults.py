@@ -381,10 +381,46 @@ def test_a_lost_manifest_is_an_error_saying_what_to_do(results, tmp_path):  # no
     fake_run(results, "t64", "triplet", 64, 0, 0.55, miner="semihard")
     stale = report_cli(results, out)
     assert stale.exit_code == 1 and "55.00" not in (out / "digits.md").read_text()
+    last = stale.output.strip().splitlines()[-1]
+    assert last.endswith("not written, ...); move those files away (or give --out another "
+                         "folder) and report again")  # fmt: skip
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated"])
+def test_a_run_without_its_config_is_left_out_and_named_under_the_table(tmp_path, damage):
+    # Before: it took RunConfig's defaults for what metrics.json lacks (m_per_class 16 where it
+    # had 4): a row of its own, one seed each, and not a word.
+    r = tmp_path / "r"
+    for seed in range(2):
+        make_run(r, f"n{seed}", loss="nngk", seed=seed, config={"m_per_class": 4})
+    config = r / "n1" / store.CONFIG
+    if damage == "missing":
+        config.unlink()
+        why = "n1: has no config.json, where its settings are"
+    else:
+        config.write_text(config.read_text()[:5])
+        why = "n1: config.json is unreadable (JSONDecodeError: "
+    written, problems, _, incomplete = write_report(r, tmp_path / "rep")
+    (line,) = problems
+    assert line.startswith(why) and line.endswith("; the run is left out") and not incomplete
+    table = (tmp_path / "rep" / "digits.md").read_text()
+    assert f"> Left out, damaged: {line.removesuffix('; the run is left out')}" in table
+    rows = pd.read_csv(tmp_path / "rep" / "digits.csv")
+    assert rows["method"].tolist() == ["nngk"] and rows["runs"].tolist() == [1]
+
+
+def test_a_run_with_a_metric_that_is_no_number_is_named_under_the_table(tmp_path):
+    r = tmp_path / "r"
+    for seed in range(2):
+        make_run(r, f"c{seed}", loss="contrastive", seed=seed)
+    relabel(r / "c1", **{"map@r": "0.02"})
+    report_cli(r, tmp_path / "rep")
+    table = (tmp_path / "rep" / "digits.md").read_text()
+    title, note = table.splitlines()[:3:2]
+    assert title.startswith("# ") and note == (
+        "> Left out, damaged: c1: metrics.json has map@r = '0.02', not a number"
+    )
     assert (
-        stale.output.strip()
-        .splitlines()[-1]
-        .endswith(
-            "not written, ...); move those files away (or give --out another folder) and report again"
-        )
+        "Left out, damaged: c1: metrics.json has map@r = "
+        in (tmp_path / "rep" / "index.html").read_text()
     )

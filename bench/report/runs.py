@@ -14,7 +14,8 @@ import pandas as pd
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
 from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
-from bench.protocols import DEFAULT_PROTOCOL, data_protocol, protocol_columns, shown_protocol
+from bench.protocols import DEFAULT_PROTOCOL, data_protocol, shown_protocol
+from bench.report.records import config_fault, metrics_fault
 from bench.runs import store
 from bench.runs.config import (
     BASELINE_LOSS,
@@ -44,9 +45,6 @@ SETTINGS = tuple(
         ]
     )
 )
-# Earlier versions' NMI and the protocols' own metrics, checked to be numbers where a run has
-# them.
-OPTIONAL_METRICS = ("nmi_best_of_5", *protocol_columns())
 
 DEFAULTS = RunConfig()
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
@@ -98,28 +96,29 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
 
     `method` is the loss (and miner); `name` adds the settings that vary within the run's table.
     """
+    df, problems, _ = read_runs(results)
+    return df, problems
+
+
+def read_runs(results: Path) -> tuple[pd.DataFrame, list[str], dict[str, list[str]]]:
+    """`load_runs`, and by table the finished runs left out of it for a damaged record."""
     runs, problems = store.scan_runs(results)
-    rows = []
+    rows, left_out = [], {}
     for run_dir, metrics in runs:
         if metrics.get("clustering") == "none":  # tested without k-means (--clustering none)
             metrics.setdefault("nmi", float("nan"))
         fault = metrics_fault(metrics)
+        fault = f"metrics.json {fault}" if fault else config_fault(run_dir)
         if fault:
-            problems.append(f"{run_dir.name}: metrics.json {fault}; the run is left out")
+            problems.append(f"{run_dir.name}: {fault}; the run is left out")
+            if isinstance(metrics.get("dataset"), str):  # else no table to name it under
+                table = table_names_of(metrics)[0]
+                left_out.setdefault(table, []).append(f"{run_dir.name}: {fault}")
             continue
         if "nmi_best_of_5" not in metrics and "clustering" not in metrics:
             # earlier versions' NMI was the best of 5 restarts
             metrics["nmi_best_of_5"], metrics["nmi"] = metrics["nmi"], float("nan")
-        protocol = metrics.setdefault("protocol", DEFAULT_PROTOCOL)
-        # A linear method's runs follow a split of the data (`data_protocol`): their baseline
-        # is in the deep runs' table of that split.
-        split = data_protocol(metrics)
-        base = data_name(metrics)
-        base = f"{base}-{split}" if shown_protocol(split) else base
-        table = base if protocol == split else f"{base}-{protocol}"
-        # A paper's settings make a table of their own, under the preset's name of today.
-        preset = canonical_preset(metrics.get("preset") or "")
-        table = f"{table}-{preset}" if preset else table
+        table, base = table_names_of(metrics)
         rows.append({**run_record(run_dir, metrics), "table": table, "base_table": base})
     df = with_baselines(pd.DataFrame(rows))
     if len(df):
@@ -129,7 +128,21 @@ def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
         df.loc[base, "method"] = df[base].apply(baseline_label, axis=1)
         df["name"] = pd.concat(variant_labels(part) for _, part in df.groupby("table"))
         df["family"] = families(df)
-    return df, problems
+    return df, problems, left_out
+
+
+def table_names_of(metrics: dict) -> tuple[str, str]:
+    """(the run's table, its data's table: where its baselines are)."""
+    protocol = metrics.setdefault("protocol", DEFAULT_PROTOCOL)
+    # A linear method's runs follow a split of the data (`data_protocol`): their baseline is in
+    # the deep runs' table of that split.
+    split = data_protocol(metrics)
+    base = data_name(metrics)
+    base = f"{base}-{split}" if shown_protocol(split) else base
+    table = base if protocol == split else f"{base}-{protocol}"
+    # A paper's settings make a table of their own, under the preset's name of today.
+    preset = canonical_preset(metrics.get("preset") or "")
+    return (f"{table}-{preset}" if preset else table), base
 
 
 def families(df: pd.DataFrame) -> pd.Series:
@@ -141,54 +154,12 @@ def families(df: pd.DataFrame) -> pd.Series:
     return family.where(df["loss"] != BASELINE_LOSS, "").fillna("")
 
 
-def metrics_fault(metrics: dict) -> str:
-    """What makes a metrics.json unusable ('' where nothing): a missing key, a metric that is
-    not a number or not between 0 and 1 (NaN passes: a metric that could not be computed), a
-    size or seed that is not an integer."""
-    required = (*REQUIRED_KEYS, "dataset", "loss", "dims", "seed")
-    missing = [k for k in required if k not in metrics]
-    if missing:
-        return f"lacks {', '.join(missing)}"
-    numbers = [*retrieval_keys(metrics), *(k for k in OPTIONAL_METRICS if k in metrics)]
-    bad = [k for k in numbers if not is_number(metrics[k])]
-    if bad:
-        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not a number"
-    # Every one of them is a share: recall, NMI, MAP@R, accuracy, FAR, FRR, AP, mprec.
-    shares = [k for k in numbers if metrics[k] is not None and not np.isnan(metrics[k])]
-    bad = [k for k in shares if not 0 <= metrics[k] <= 1]
-    if bad:
-        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, outside 0 to 1"
-    bad = [k for k in ("dims", "seed") if not isinstance(metrics[k], int) or metrics[k] < 0]
-    if bad:
-        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not an integer"
-    if not isinstance(metrics["dataset"], str) or not isinstance(metrics["loss"], str):
-        return "names its data set or loss by something other than text"
-    init = metrics.get("untrained_network")
-    return untrained_fault({} if init is None else init)
-
-
-def untrained_fault(init: object) -> str:
-    """What makes a run's record of its untrained network unusable ('' where nothing): the
-    MAP@R at init that the table shows, read as `metrics_fault` reads the run's own."""
-    if not isinstance(init, dict):
-        return f"has untrained_network = {init!r}, not a record of metrics"
-    bad = [k for k in retrieval_keys(init) if k in init and not is_number(init[k])]
-    if bad:
-        return f"has {', '.join(f'untrained_network.{k} = {init[k]!r}' for k in bad)}, not a number"
-    return ""
-
-
 def shown_metrics(df: pd.DataFrame) -> list[str]:
     """The evaluator's metrics a table of these runs shows, in order: R@1, NMI and MAP@R
     always; each other R@K and R-Precision that a run recorded (its data set's own Ks:
     `bench.data.recall_ks`; runs of earlier versions recorded R@1/2/4/8 and no R-Precision)."""
     recorded = [k for k in df.columns if df[k].notna().any()]
     return retrieval_keys([*recorded, *REQUIRED_KEYS])
-
-
-def is_number(value: object) -> bool:
-    """A metric's value: a number, or null where it could not be computed (NaN)."""
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
 
 
 def data_name(metrics: dict) -> str:

@@ -34,7 +34,7 @@ from bench.report.run_figures import (
     tsne_figure,
 )
 from bench.report.run_files import DamagedRun
-from bench.report.runs import BASELINE_LOSS, load_runs
+from bench.report.runs import BASELINE_LOSS, read_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
 from bench.report.tuned_default import TUNED_DEFAULT, tuned_default_files
@@ -111,13 +111,17 @@ def with_reference(builder: Callable, reference: str | None) -> Callable:
 
 
 def build_groups(
-    df: pd.DataFrame, builders: Sequence[Callable], problems: list[str]
+    df: pd.DataFrame,
+    builders: Sequence[Callable],
+    problems: list[str],
+    left_out: dict[str, list[str]] | None = None,
 ) -> tuple[dict[str, Files], list[str]]:
     """The files of each table, and across classify tables; a run with a damaged file is left
-    out of every table it is in, named among the problems, and the rest is built without it.
-    With them, the parts that failed (a line each)."""
+    out of every table it is in, named among the problems and under the table's title (with
+    the runs already `left_out` by table), and the rest is built without it. With them, the
+    parts that failed (a line each)."""
     tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
-    left_out: dict[str, list[str]] = {}  # by table, the damaged runs left out of it
+    left_out = {table: list(lines) for table, lines in (left_out or {}).items()}
     with building_bar(part_count(tables, builders)) as bar:
         while True:
             found: list[str] = []
@@ -182,14 +186,14 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
     else each column's best. Where a part failed, the earlier report's files stay. A
     ValueError, with nothing written or removed, where `results` holds no finished run."""
-    df, problems = load_runs(results)
+    df, problems, left_out = read_runs(results)
     if not len(df) or not table_names(df):
         raise ValueError(no_runs_line(Path(results), problems, len(df)))
     check_reference(df, reference)
     out = Path(out)
     log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
-    groups, failed = build_groups(df, builders, problems)
+    groups, failed = build_groups(df, builders, problems, left_out)
     problems += failed
     tuned = tuning_files(results)
     if tuned:
