@@ -238,7 +238,18 @@ def test_a_row_without_saved_embeddings_is_named_and_the_others_still_compared(t
     (r / "same1" / "test_embeddings.npz").unlink()
     written, problems, _, _ = write_report(r, tmp_path / "rep")
     text = (tmp_path / "rep" / "digits.md").read_text()
-    assert "Not tested for significance, no marks: npair 16-d (a run of the row saved" in text
+    assert "Not tested for significance, no marks: npair 16-d (a run of the row, or of" in text
     assert "▼" in column(text, "MAP@R")["lifted"] and "▼" not in column(text, "MAP@R")["npair"]
     differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
     assert set(differences["name"]) == {"contrastive", "lifted"}
+
+
+def test_a_row_alone_at_its_size_is_not_said_to_lack_its_embeddings(tmp_path):
+    # One loss over seeds (the plainest use): nothing to compare it with, and its embeddings
+    # are whole; the note blamed them.
+    r = tmp_path / "r"
+    for seed in range(2):
+        embedded_run(r, f"c{seed}", "contrastive", seed, noise=0.6)
+    write_report(r, tmp_path / "rep")
+    text = (tmp_path / "rep" / "digits.md").read_text()
+    assert "| contrastive " in text and "Not tested for significance" not in text

@@ -193,8 +193,11 @@ def untested_note(
     summary: pd.DataFrame, differences: pd.DataFrame | None, baselines: frozenset[str]
 ) -> str:
     """The trained rows of two seeds or more that no comparison tested (their runs' per-query
-    scores are missing, or their test queries differ from the other rows'); '' where none."""
-    trained = summary[~summary["method"].isin(baselines) & (summary["runs"] >= MIN_SEEDS)]
+    scores are missing, or their test queries differ from the other rows'); '' where none. A
+    row alone at its size has nothing to be compared with, and is not named."""
+    trained = summary[~summary["method"].isin(baselines)]
+    alone = trained["dims"].map(trained["dims"].value_counts()) == 1
+    trained = trained[~alone & (trained["runs"] >= MIN_SEEDS)]
     tested = set()
     if differences is not None and len(differences):
         tested = set(zip(differences["name"], differences["dims"].astype(int), strict=True))
@@ -203,8 +206,9 @@ def untested_note(
         return ""
     named = "; ".join(f"{r['method']} {int(r['dims'])}-d" for r in left)
     return (
-        f"\nNot tested for significance, no marks: {named} (a run of the row saved no test "
-        "embeddings, or its test queries differ from the rest of its size's).\n"
+        f"\nNot tested for significance, no marks: {named} (a run of the row, or of every "
+        "other row of its size, saved no test embeddings, or its test queries differ from the "
+        "rest of its size's).\n"
     )
 
 
