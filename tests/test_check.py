@@ -1,6 +1,7 @@
 import json
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from bench.cli import main
@@ -80,8 +81,21 @@ def test_check_never_passes_with_nothing_checked(tmp_path):
     empty = check("--baseline", baseline, "--results", tmp_path / "none", "--update")
     assert empty.exit_code == 1 and not baseline.exists()
     assert empty.output.strip() == (
+        f"Error: results folder {tmp_path / 'none'} does not exist; give --results the folder "
+        f"that `run` or `suite` wrote into; {baseline} is left as it is"
+    )
+    (tmp_path / "none").mkdir()
+    empty = check("--baseline", baseline, "--results", tmp_path / "none", "--update")
+    assert empty.output.strip() == (
         f"Error: no finished runs in {tmp_path / 'none'}; {baseline} is left as it is"
     )
+    # Checking a folder that is not there: one line, not one "no finished run" per row.
+    baseline.write_text("table,method,dims,metric,value,runs\ndigits,nngk,64,map@r,0.75,2\n")
+    absent = check("--baseline", baseline, "--results", tmp_path / "absent")
+    assert absent.exit_code == 1 and absent.output.strip().splitlines() == [
+        f"Error: results folder {tmp_path / 'absent'} does not exist; give --results the folder "
+        "that `run` or `suite` wrote into"
+    ]
     results = make_results(tmp_path)
     baseline.write_text("table,method,dims,metric,value,runs\n")
     out = check("--baseline", baseline, "--results", results)
@@ -132,3 +146,37 @@ def test_update_refuses_a_row_whose_runs_are_all_nan(tmp_path):
     table = pd.read_csv(baseline)
     lifted = table[(table["method"] == "lifted") & (table["metric"] == "map@r")]
     assert lifted["value"].tolist() == [0.4] and lifted["runs"].tolist() == [1]
+
+
+def test_check_fails_where_runs_of_the_baseline_are_missing_or_damaged(tmp_path):
+    # Before: with a seed's run gone or left out, the mean of the rest passed, and "no
+    # regression" was said.
+    results = make_results(tmp_path)
+    baseline = tmp_path / "baseline.csv"
+    check("--baseline", baseline, "--results", results, "--update")
+    metrics = json.loads((results / "a1" / "metrics.json").read_text())
+    atomic_write_json(results / "a1" / "metrics.json", {**metrics, "map@r": "0.8"})
+    out = check("--baseline", baseline, "--results", results, "--tolerance", "1")
+    assert out.exit_code == 1, out.output
+    assert "skipped a1: metrics.json has map@r = '0.8', not a number" in out.output
+    assert "regression: digits / nngk / d64 / map@r: 1 of the baseline's 2 runs finished" in (
+        out.output
+    )
+
+
+def test_copies_of_a_seed_are_one_run_as_in_the_report(tmp_path):
+    results = make_results(tmp_path)
+    fake_run(results, "a0-copy", "nngk", 64, 0, 0.50)  # seed 0 again: (0.7 + 0.5) / 2
+    baseline = tmp_path / "baseline.csv"
+    check("--baseline", baseline, "--results", results, "--update")
+    table = pd.read_csv(baseline)
+    row = table[(table["method"] == "nngk") & (table["metric"] == "map@r")].iloc[0]
+    # seed 0's 0.6 and seed 1's 0.8; three runs would have read (0.7 + 0.5 + 0.8) / 3
+    assert row["value"] == pytest.approx(0.7) and row["runs"] == 2
+
+
+def test_update_into_a_folder_names_the_folder(tmp_path):
+    out = check("--baseline", tmp_path, "--results", make_results(tmp_path), "--update")
+    assert out.exit_code == 1 and out.output.strip() == (
+        f"Error: --baseline {tmp_path} is a folder; give the path of a CSV file"
+    )

@@ -40,9 +40,11 @@ def check(baseline, results, tolerance, update):
             means = write_baseline(results, baseline)
             click.echo(f"{baseline}: {len(means)} values from {results}")
             return
-        problems = regressions(results, baseline, tolerance)
+        problems, skipped = regressions(results, baseline, tolerance)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    for line in skipped:
+        click.echo(f"skipped {line}", err=True)
     for line in problems:
         click.echo(f"regression: {line}", err=True)
     if problems:

@@ -8,31 +8,41 @@ from pathlib import Path
 import pandas as pd
 
 from bench.report.runs import load_runs
+from bench.report.table_format import one_per_seed
 from bench.util.atomic import atomic_write_text
 
 KEYS = ["table", "method", "dims"]
 CHECKED = ("recall@1", "nmi", "map@r", "accuracy", "seen_accuracy", "unseen_accuracy")
 
 
-def long_values(results: Path) -> pd.DataFrame:
-    """One row per run and checked metric (table, method, dims, metric, value), NaN kept; only
-    the metrics that some run of the table has (a protocol's own metrics in its tables)."""
-    df, _ = load_runs(results)
+def long_values(results: Path) -> tuple[pd.DataFrame, list[str]]:
+    """One row per run and checked metric (table, method, dims, metric, value), NaN kept, copies
+    of a seed one run as in the report; only the metrics that some run of the table has (a
+    protocol's own metrics in its tables). With the folders skipped, a line each."""
+    if not Path(results).is_dir():
+        raise ValueError(
+            f"results folder {results} does not exist; give --results the folder that `run` "
+            "or `suite` wrote into"
+        )
+    df, skipped = load_runs(results)
     if not len(df):
-        return pd.DataFrame(columns=[*KEYS, "metric", "value"])
+        return pd.DataFrame(columns=[*KEYS, "metric", "value"]), skipped
     df = df.assign(method=df["name"])  # the report's row: variants (e.g. FC, GAP) apart
     metrics = [m for m in CHECKED if m in df]
+    df = one_per_seed(df.astype({m: float for m in metrics}), KEYS, metrics)
     long = df.melt(id_vars=KEYS, value_vars=metrics, var_name="metric")
     long["value"] = long["value"].astype(float)
     applies = long.groupby(["table", "metric"])["value"].transform(lambda v: v.notna().any())
-    return long[applies]
+    return long[applies], skipped
 
 
-def current_means(results: Path) -> pd.DataFrame:
-    """Long table (table, method, dims, metric, value, runs): means over the runs that have a
-    value; a row whose runs all have none is left out (it has no finished run to check)."""
-    grouped = long_values(results).dropna().groupby([*KEYS, "metric"])["value"]
-    return grouped.agg(value="mean", runs="size").reset_index()
+def current_means(results: Path) -> tuple[pd.DataFrame, list[str]]:
+    """Long table (table, method, dims, metric, value, runs): means over the seeds that have a
+    value; a row whose runs all have none is left out (it has no finished run to check). With
+    the folders skipped."""
+    long, skipped = long_values(results)
+    grouped = long.dropna().groupby([*KEYS, "metric"])["value"]
+    return grouped.agg(value="mean", runs="size").reset_index(), skipped
 
 
 def row_name(table: str, method: str, dims: object, metric: str) -> str:
@@ -42,7 +52,12 @@ def row_name(table: str, method: str, dims: object, metric: str) -> str:
 def write_baseline(results: Path, path: Path) -> pd.DataFrame:
     """The baseline from the runs; a ValueError, leaving `path` as it is, where there are no
     runs or a row's runs have no value of a metric (a row that could never be checked)."""
-    long = long_values(results)
+    if Path(path).is_dir():
+        raise ValueError(f"--baseline {path} is a folder; give the path of a CSV file")
+    try:
+        long, _ = long_values(results)
+    except ValueError as err:
+        raise ValueError(f"{err}; {path} is left as it is") from None
     if not len(long):
         raise ValueError(f"no finished runs in {results}; {path} is left as it is")
     empty = long.groupby([*KEYS, "metric"])["value"].apply(lambda v: v.isna().all())
@@ -52,7 +67,7 @@ def write_baseline(results: Path, path: Path) -> pd.DataFrame:
             f"{len(names)} row(s) have no value in any run, e.g. {names[0]} (diverged or "
             f"NaN); rerun or remove those runs; {path} is left as it is"
         )
-    means = current_means(results)
+    means, _ = current_means(results)
     atomic_write_text(path, means.to_csv(index=False, float_format="%.6f"))
     return means
 
@@ -91,20 +106,28 @@ def line_fault(row) -> str:
     return ""
 
 
-def regressions(results: Path, baseline: Path, tolerance: float) -> list[str]:
-    """One line per baseline entry that the runs miss or fall below by more than `tolerance`."""
+def regressions(results: Path, baseline: Path, tolerance: float) -> tuple[list[str], list[str]]:
+    """One line per baseline entry that the runs miss, fall below by more than `tolerance`,
+    or have fewer seeds of than its `runs` (where the baseline records them); with the folders
+    skipped (a line each)."""
     expected = read_baseline(baseline)
     if not tolerance >= 0:  # also NaN
         raise ValueError(f"--tolerance must be a number >= 0; got {tolerance}")
-    now = current_means(results).set_index([*KEYS, "metric"])["value"]
+    means, skipped = current_means(results)
+    now = means.set_index([*KEYS, "metric"])
     problems = []
     for row in expected.itertuples(index=False):
         key = (row.table, row.method, row.dims, row.metric)
         name = row_name(*key)
         if key not in now.index:
             problems.append(f"{name}: no finished run")
-        elif now[key] < row.value - tolerance:
+            continue
+        value, runs = now.loc[key, "value"], now.loc[key, "runs"]
+        if value < row.value - tolerance:
             problems.append(
-                f"{name}: {now[key]:.4f} < baseline {row.value:.4f} - tolerance {tolerance}"
+                f"{name}: {value:.4f} < baseline {row.value:.4f} - tolerance {tolerance}"
             )
-    return problems
+        expected_runs = getattr(row, "runs", math.nan)
+        if not pd.isna(expected_runs) and runs < expected_runs:
+            problems.append(f"{name}: {runs} of the baseline's {int(expected_runs)} runs finished")
+    return problems, skipped
