@@ -91,6 +91,9 @@ def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_resu
     assert all(f"[{n}]({n})" in readme for n in names - {"README.md"})
     for name in expected - {"digits-pairs-categories.md", "digits-pairs-categories.csv"}:
         assert (out / name).read_bytes().startswith(PNG) or name.endswith(".md")
+    for name in ("digits-pairs-categories.md", "digits-pairs-train-test.md"):  # as every table
+        (setup,) = [x for x in (out / name).read_text().splitlines() if x.startswith("Setup: ")]
+        assert "backbone " in setup and setup.endswith("; 1 seed (0).")
     # One seed: the best and worst categories are the run's own rows, in its order.
     ranked = pd.read_csv(out / "digits-pairs-categories.csv")
     for loss in ("contrastive", "nngk"):

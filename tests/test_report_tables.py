@@ -139,6 +139,8 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
         ("no", "no"): (0.2, 1),  # the old run: frozen and fixed, read from its config.json
     }
     text = (out / "classification.md").read_text()
+    (setup,) = [x for x in text.splitlines() if x.startswith("Setup of ")]  # one classify table
+    assert setup.startswith("Setup of cub-classify: ") and setup.endswith("; 2 seeds (0, 1).")
     section = text.split("## Ablation")[1].split("## Published")[0]
     by_setting = {(row[4], row[5]): row[6:] for row in md_rows(section)[1:]}
     assert by_setting == {

@@ -51,6 +51,7 @@ def test_each_tuned_start_meets_its_own_default_and_fold_models_are_averaged_per
     assert mapr.loc[("nca", "random init"), "verdict"] == "- (one seed)"
     assert "npair" not in set(table["loss"])
     text = files["tuned-vs-default.md"].decode()
+    assert text.count("\nSetup: ") == len(set(table["table"]))  # one under each table's title
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines()]
     # t(2) 4.303 x 0.01 / sqrt(3) = 2.48
     assert ["contrastive", "64", "random init", "contrastive, random init", "MAP@R"] + [

@@ -71,6 +71,7 @@ def test_the_report_gives_the_folds_mean_and_the_concatenation(folds_report):
     assert ["contrastive", "8", "folds' mean (2 models of 8 dims)", "2"] in rows
     assert ["contrastive", "8", "concatenated (2 x 8 = 16 dims)", "2"] in rows
     assert "Musgrave et al. 2020" in table
+    assert [x for x in table.splitlines() if x.startswith("Setup: ")][0].endswith("(0, 1).")
     assert "## MAP@R, best first" in table and "## R@1, best first" in table
     ranks = pd.read_csv(folds_report / "report" / "digits-tuned-folds-ranks.csv")
     mapr = ranks[(ranks.metric == "map@r") & (ranks.embedding == SEPARATE)]

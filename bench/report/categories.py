@@ -12,6 +12,7 @@ from bench.evaluation.pairs import best_and_worst
 from bench.report.reference import reference_rows
 from bench.report.run_files import saved_numbers
 from bench.report.runs import trained_runs
+from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
     FLOAT,
@@ -110,7 +111,7 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
     text = (
         f"# {table}: the {BEST_WORST} best and worst categories per loss and split\n\n"
         "Pair verification per category (10 positive + 10 negative pairs per test image), x100, "
-        f"{INTERVAL}, ranked by mean accuracy.\n\n"
+        f"{INTERVAL}, ranked by mean accuracy.\n\n{setup_line(part)}\n\n"
         + github_table(rows, headers)
         + categories_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )

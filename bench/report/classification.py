@@ -8,6 +8,7 @@ import pandas as pd
 
 from bench.protocols import CLASSIFIER, evaluating
 from bench.report.runs import column_or_nan, format_value, trained_runs, variant_labels
+from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
     FLOAT,
@@ -141,6 +142,10 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
     if len(ablation):
         text += ablation_markdown(ablation)
         files[f"{name}-ablation.csv"] = ablation.to_csv(index=False, float_format=FLOAT).encode()
+    text += "".join(
+        f"\n{setup_line(part).replace('Setup:', f'Setup of {table}:', 1)}\n"
+        for table, part in classified_runs(runs).groupby("table", sort=True)
+    )
     for protocol, classified in classified_runs(runs).groupby("protocol", sort=True):
         text += classification_paper(classified["dataset"].unique(), protocol)
     return {f"{name}.md": text.encode(), **files}

@@ -16,6 +16,7 @@ from bench.evaluation.metrics import evaluate, evaluate_gallery, recall_k
 from bench.report.fold_ranks import CONCATENATED, SEPARATE, ranked_files
 from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.report.runs import column_or_nan, shown_metrics, trained_runs
+from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import Files, cell, column_label, github_table
 from bench.runs import store
@@ -111,7 +112,10 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
         for _, r in summary.iterrows()
     ]
     headers = ["loss", "dims", "embedding", "seeds", *[column_label(m) for m in metrics]]
-    text = f"# {table}: cross-validated final models\n\n{SETUP}\n\n{github_table(rows, headers)}"
+    text = (
+        f"# {table}: cross-validated final models\n\n{SETUP}\n\n{setup_line(runs)}\n\n"
+        + github_table(rows, headers)
+    )
     ranked, ranks_csv = ranked_files(per_seed, table)
     return {
         f"{table}-{FOLDS}.md": (text + (f"\n{ranked}" if ranked else "")).encode(),

@@ -83,7 +83,7 @@ def setup_line(part: pd.DataFrame) -> str:
     """'Setup: backbone small_cnn; weights random init; ...; 3 seeds (0, 1, 2).' for a
     table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
-    runs = trained if len(trained) else part
+    runs = (trained if len(trained) else part).reset_index(drop=True)  # rows matched by index
     labelled = labelled_settings(runs)
     fields = setup_of(runs, by="method", labelled=labelled)
     seeds = fields.pop("seeds")

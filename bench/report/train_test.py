@@ -10,6 +10,7 @@ from bench.evaluation.retrieval import recall_at_k
 from bench.report.reference import reference_rows
 from bench.report.run_files import saved_embeddings
 from bench.report.runs import EMBEDDINGS, column_or_nan, trained_runs, variant_labels
+from bench.report.setup import setup_line
 from bench.report.table_format import (
     FLOAT,
     INTERVAL,
@@ -95,7 +96,7 @@ def train_test_files(part: pd.DataFrame, table: str) -> Files:
     text = (
         f"# {table}: R@1 x100 on the training and the test split (Liu et al. 2019 Table 1)\n\n"
         "Per embedding (FC: a linear layer after the backbone; GAP: its global average "
-        f"pooling), {INTERVAL}.\n\n"
+        f"pooling), {INTERVAL}.\n\n{setup_line(part)}\n\n"
         + wide_markdown(wide, {"row": "embedding (split)", "dims": "dims"})
         + train_test_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )

@@ -17,6 +17,7 @@ import pandas as pd
 
 from bench.report.folds import complete_seeds, fold_runs
 from bench.report.runs import trained_runs
+from bench.report.setup import setup_line
 from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value, t_halfwidth
 from bench.report.table_format import COLUMNS, FLOAT, Files, cell, github_table
 
@@ -119,7 +120,8 @@ def tuned_default_files(df: pd.DataFrame, name: str = TUNED_DEFAULT) -> Files:
         return {}
     sections = [f"# Tuned settings against the shipped defaults, on the test split\n\n{SETUP}"]
     for table, part in rows.groupby("table", sort=True):
-        sections.append(f"## {table}\n\n{github_table(markdown_rows(part), HEADERS)}")
+        setup = setup_line(df[df["table"].isin([table, table.removesuffix(TUNED_SUFFIX)])])
+        sections.append(f"## {table}\n\n{setup}\n\n{github_table(markdown_rows(part), HEADERS)}")
     return {
         f"{name}.md": "\n\n".join(sections).encode(),
         f"{name}.csv": rows.to_csv(index=False, float_format=FLOAT).encode(),
