@@ -50,11 +50,26 @@ def test_data_sets_whose_names_read_alike_never_share_a_table(tmp_path):
         assert part[["data_location", "data_fingerprint"]].drop_duplicates().shape[0] == 1
         assert sorted(part["loss"]) == ["nngk", "untrained"]
     names = sorted(tables.groups)
-    assert all(re.fullmatch(r"folder-(data-|my-data)-[0-9a-f]{8}", n) for n in names), names
+    # Named by the folder's own name ('鳥' is no file name's letters: its hash alone).
+    assert all(re.fullmatch(r"folder-(my-data-)?[0-9a-f]{8}", n) for n in names), names
     written, problems, _, _ = write_report(r, tmp_path / "rep")
     assert problems == [] and len([p for p in written if re.fullmatch(r".*-\w{8}\.md", p.name)])
     assert len({p.name for p in written if p.suffix == ".md"} - {"README.md"}) == 5
     assert load_runs(r)[0]["table"].tolist() == df["table"].tolist()  # stable names
+
+
+def test_one_folder_given_under_several_spellings_is_one_table(tmp_path):
+    # Before: 'folder:imgs' and 'folder:/w/imgs' were two tables of the same images, so their
+    # losses were never compared.
+    r = tmp_path / "r"
+    for i, spelling in enumerate(("folder:imgs", "folder:imgs/", "folder:/w/imgs")):
+        make_run(r, f"n{i}", loss="nngk", seed=i, dataset=spelling, data_location="/w/imgs",
+                 data_fingerprint="aaaa")  # fmt: skip
+    make_run(r, "other", loss="nngk", dataset="folder:/v/imgs", data_location="/v/imgs",
+             data_fingerprint="bbbb")  # fmt: skip
+    tables = load_runs(r)[0].groupby("table")["run"].apply(sorted)
+    assert sorted(tables.tolist()) == [["n0", "n1", "n2"], ["other"]]
+    assert all(re.fullmatch(r"folder-imgs-[0-9a-f]{8}", t) for t in tables.index)
 
 
 def test_built_in_sets_and_older_runs_keep_their_table_names(tmp_path):

@@ -166,10 +166,15 @@ def data_name(metrics: dict) -> str:
     """The name of a run's data in table names: the data set's name, and for data other than
     the built-in sets a short hash of its identity (its resolved location and fingerprint;
     for runs that recorded neither, the name as given), so that two data sets whose names
-    read alike ('folder:/data/鳥', 'folder:/data/猫') never share a table."""
+    read alike ('folder:/data/鳥', 'folder:/data/猫') never share a table. A folder or file
+    is named by its resolved location, so that one given as 'folder:imgs', 'folder:imgs/' or
+    'folder:/home/me/imgs' is one table."""
     dataset = str(metrics["dataset"])
     location = metrics.get("data_location") or ""
     fingerprint = metrics.get("data_fingerprint") or ""
+    prefix = next((p for p in (FOLDER_PREFIX, FEATURES_PREFIX) if dataset.startswith(p)), "")
+    if prefix and location:
+        dataset = prefix + Path(location).name
     if location or fingerprint:
         identity = f"{location}\n{fingerprint}"
     elif dataset.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
@@ -177,7 +182,8 @@ def data_name(metrics: dict) -> str:
     else:  # digits, glyphs: named in full by their name
         return safe_name(dataset)
     # Room for the longest file a table writes beside its name ("-tuned-folds-ranks.csv", ...).
-    return fitted_name(safe_name(dataset), hashlib.sha1(identity.encode()).hexdigest()[:8], 180)
+    head = safe_name(dataset).rstrip("-") if prefix and location else safe_name(dataset)
+    return fitted_name(head, hashlib.sha1(identity.encode()).hexdigest()[:8], 180)
 
 
 def baseline_label(run: pd.Series) -> str:
