@@ -3,6 +3,8 @@ kNN computed here by hand), on real one-epoch runs of glyphs, a cached-image fol
 features file, and on a pairs-protocol run folder written here."""
 
 import io
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,7 +30,7 @@ from bench.report.gallery_images import (
 from bench.report.runs import load_runs
 from bench.runs.config import RunConfig
 from bench.util.atomic import atomic_save_npz, atomic_write_json
-from tests.fixtures.folder import make_folder
+from tests.fixtures.folder import class_image, make_folder
 
 GLYPHS = "glyphs:classes=12,instances=8,size=12"
 FAST = ["--loss", "contrastive", "--dims", "8", "--epochs", "1"]
@@ -308,3 +310,37 @@ def test_visualize_searches_its_galleries_on_its_device(glyph_runs, tmp_path, mo
     args = ["visualize", seed0, "--compare", seed1, "--out", tmp_path, "--device", "cpu"]
     out = cli(*args, "--queries", "3")
     assert out.exit_code == 0 and len(searched) == 2, out.output  # the CPU taken for a GPU
+
+
+def test_galleries_of_images_changed_since_the_run_are_refused_and_left_out(tmp_path):
+    # Before: visualize framed other images as the run's queries and neighbours, exit 0.
+    root = make_folder(tmp_path, classes=6, per_class=6)
+    small = ["--backbone", "small_cnn", "--pretrained", "none", "--resize", "20", "--crop", "16"]
+    results = tmp_path / "results"
+    train(f"folder:{root}", results, *small, "--batch-size", "8")
+    (run,) = trained(results)
+    first = CliRunner().invoke(main, ["report", "--results", str(results)])
+    assert first.exit_code == 0 and any((results / "report").glob("*-gallery-contrastive.png"))
+    for image in sorted(p for p in root.rglob("*") if p.suffix.lower() in (".png", ".jpg"))[-4:]:
+        class_image(0, 99, size=24).save(image)  # other pixels, under the same names
+    out = CliRunner().invoke(main, ["visualize", str(run), "--out", str(tmp_path / "v")])
+    assert out.exit_code == 1 and "its images changed or moved since the run" in out.output
+    assert not (tmp_path / "v").exists()  # refused before anything was drawn
+    again = CliRunner().invoke(main, ["report", "--results", str(results)])
+    assert again.exit_code == 0, again.output  # the rest of the report is whole
+    assert "gallery_files left out (folder:" in again.output
+    assert "its images changed or moved since the run" in again.output
+    shutil.rmtree(root)  # images not on this machine: likewise named, no failure
+    gone = CliRunner().invoke(main, ["report", "--results", str(results)])
+    assert gone.exit_code == 0 and "its images are not at hand" in gone.output
+
+
+def test_visualize_never_writes_into_the_runs_image_folder(folder_run):
+    dataset, run = folder_run
+    root = Path(dataset.removeprefix("folder:"))
+    before = sorted(root.rglob("*"))
+    out = CliRunner().invoke(main, ["visualize", str(run), "--out", str(root / "views")])
+    assert out.exit_code == 1 and f"--out {root / 'views'} lies inside the data folder" in (
+        out.output
+    )
+    assert sorted(root.rglob("*")) == before

@@ -241,8 +241,9 @@ def test_every_command_that_builds_configs_checks_the_crop():
 
 
 def test_features_refuses_a_crop_larger_than_its_image(tmp_path):
-    out = cli("features", "--dataset", f"folder:{tmp_path}", "--resize", "64", "--crop", "96",
-              "--out", tmp_path / "f.npz", catch_exceptions=True)  # fmt: skip
+    (tmp_path / "images").mkdir()
+    out = cli("features", "--dataset", f"folder:{tmp_path / 'images'}", "--resize", "64",
+              "--crop", "96", "--out", tmp_path / "f.npz", catch_exceptions=True)  # fmt: skip
     assert out.exit_code == 1 and out.output.startswith("Error: --crop 96 exceeds --resize 64")
     assert not (tmp_path / "f.npz").exists()
 
@@ -369,3 +370,24 @@ def test_a_results_folder_inside_the_image_folder_is_refused(tmp_path, command, 
 def test_a_folder_or_features_data_set_without_its_path_is_refused(tmp_path, name, says):
     error = refused(tmp_path / "r", "--dataset", name, "--loss", "contrastive")
     assert f"--dataset {name} names no" in error and says in error
+
+
+def test_features_refuse_an_out_in_the_image_folder_or_unwritable_before_extracting(
+    tmp_path, monkeypatch
+):
+    import bench.train.extract as extract
+
+    def never(*args, **kwargs):
+        raise AssertionError("extracted before the refusal")
+
+    monkeypatch.setattr(extract, "extract_features", never)
+    root = make_folder(tmp_path, classes=4, per_class=3)
+    (tmp_path / "afile").write_text("")
+    for out, says in [
+        (root / "maple" / "f.npz", "lies inside the data folder"),
+        (tmp_path / "afile" / "f.npz", "its folder cannot be written"),
+    ]:
+        result = cli("features", "--dataset", f"folder:{root}", "--out", out,
+                     catch_exceptions=True)  # fmt: skip
+        assert result.exit_code == 1 and f"Error: --out {out}" in result.output
+        assert says in result.output and not out.exists()

@@ -59,6 +59,7 @@ def features(
     from bench.data.datasets import check_dataset
     from bench.data.feature_files import write_features
     from bench.train.extract import default_features_path, extract_features
+    from bench.train.preflight import check_outside_data
 
     out = out or default_features_path(dataset, protocol, backbone, pretrained)
     if out.exists() and not force:
@@ -69,6 +70,8 @@ def features(
         check_backbone(backbone)
         if dataset.startswith(FEATURES_PREFIX):
             raise ValueError(f"{dataset} holds features already; give a data set of images")
+        check_outside_data(out, [dataset], "--out")
+        check_out_writable(out)  # before the extraction, which the first write would lose
         import torch
 
         arrays = extract_features(
@@ -88,3 +91,16 @@ def features(
     split = arrays[2]
     counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
     click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
+
+
+def check_out_writable(out: Path) -> None:
+    """A one-line ValueError where no file can be written beside `out`."""
+    from bench.util.atomic import check_writable
+
+    try:
+        check_writable(out.parent)
+    except OSError as err:
+        raise ValueError(
+            f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
+            "a folder you can write"
+        ) from None

@@ -105,15 +105,28 @@ def visualize_one(
     from bench.report.galleries import check_comparable
     from bench.report.visualize import visualize_run
 
-    try:
-        if compare is not None:  # refused before anything is drawn
+    try:  # refused before anything is drawn
+        if compare is not None:
             check_comparable(run_dir, compare)
+        check_drawable(run_dir, out, gallery)
         written = visualize_run(run_dir, out, max_points)
         if gallery:
             written += galleries_or_note(run_dir, out, compare, queries, k, device)
     except (ValueError, FileNotFoundError) as err:
         raise click.ClickException(str(err)) from None
     return written
+
+
+def check_drawable(run_dir: Path, out: Path, gallery: bool) -> None:
+    """A one-line ValueError where `out` lies in the run's image folder, or its galleries
+    would show images other than the run's."""
+    from bench.report.gallery_images import check_same_data, has_images, run_config
+    from bench.train.preflight import check_outside_data
+
+    cfg = run_config(run_dir)
+    check_outside_data(out, [cfg.dataset], "--out")
+    if gallery and has_images(cfg.dataset):
+        check_same_data(cfg)
 
 
 def galleries_or_note(

@@ -15,12 +15,13 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 from bench.data.datasets import DataSplits, load_run_data
+from bench.data.identity import data_identity
 from bench.data.names import FEATURES_PREFIX
 from bench.protocols import data_protocol
 from bench.report.figures import DPI, plt, png_bytes
-from bench.report.run_files import DamagedRun, saved_embeddings
+from bench.report.run_files import DamagedRun, PartUnavailable, saved_embeddings
 from bench.runs import store
-from bench.runs.config import RunConfig
+from bench.runs.config import DATA_IDENTITY, RunConfig
 from bench.util.errors import first_line
 
 THUMB = 96  # a gallery cell's image side, in pixels: a glyph or a bird readable unclicked
@@ -62,10 +63,36 @@ def run_config(run_dir: Path) -> RunConfig:
 
 
 def load_splits(cfg: RunConfig) -> DataSplits:
-    """The run's data, as its training loaded it; a one-line error for feature vectors."""
+    """The run's data, as its training loaded it; a one-line error for feature vectors, and
+    PartUnavailable where its images are not at hand or are not the run's (`check_same_data`)."""
     if not has_images(cfg.dataset):
         raise no_images_error(cfg.dataset)
-    return load_run_data(cfg)
+    check_same_data(cfg)
+    try:
+        return load_run_data(cfg)
+    except (OSError, ValueError) as err:
+        raise PartUnavailable(
+            f"{cfg.dataset}: its images are not at hand ({first_line(err)})"
+        ) from None
+
+
+def check_same_data(cfg: RunConfig) -> None:
+    """PartUnavailable where the run's images are not at hand, or are not those it recorded
+    (changed or moved since, or a relative folder read from another working folder): its
+    galleries would show other images."""
+    try:
+        now = data_identity(cfg.dataset, cfg.data_root)
+    except (OSError, ValueError) as err:
+        raise PartUnavailable(
+            f"{cfg.dataset}: its images are not at hand ({first_line(err)})"
+        ) from None
+    changed = [k for k in DATA_IDENTITY if getattr(cfg, k) and getattr(cfg, k) != now[k]]
+    if changed:
+        raise PartUnavailable(
+            f"{cfg.dataset}: its images changed or moved since the run ({changed[0]} now "
+            f"{now[changed[0]]}, the run's {getattr(cfg, changed[0])}); its galleries would show "
+            "other images (run from the folder the run was started in, or restore the data)"
+        )
 
 
 def item_image(split: Dataset, i: int) -> np.ndarray:

@@ -24,6 +24,11 @@ class DamagedRun(ValueError):
         super().__init__(f"{path.parent.name}: {path.name} is damaged ({reason})")
 
 
+class PartUnavailable(ValueError):
+    """A table or figure that cannot be drawn from what is at hand here (a run's images are
+    not on this machine, or changed since the run): named among the problems, no fault."""
+
+
 def saved_embeddings(run_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray] | None:
     """(embeddings, labels) of a run's saved .npz (test or training); None where the run saved
     none; DamagedRun where it cannot be read or its arrays do not fit together."""

@@ -9,6 +9,7 @@ among the problems, never a traceback."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
@@ -33,7 +34,7 @@ from bench.report.run_figures import (
     pair_figures,
     tsne_figure,
 )
-from bench.report.run_files import DamagedRun
+from bench.report.run_files import DamagedRun, PartUnavailable
 from bench.report.runs import BASELINE_LOSS, read_runs
 from bench.report.table_format import Files
 from bench.report.train_test import train_test_files
@@ -41,6 +42,16 @@ from bench.report.tuned_default import TUNED_DEFAULT, tuned_default_files
 from bench.report.tuning import TUNING, tuning_files
 from bench.util.errors import did_you_mean
 from bench.util.progress import log
+
+
+@dataclass
+class PartsLeftOut:
+    """The tables and figures not built, a line each: those that cannot be drawn from what is
+    at hand (`PartUnavailable`), and those that failed (the report is then incomplete)."""
+
+    unavailable: list[str]
+    failed: list[str]
+
 
 TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
     embedding_files,
@@ -59,27 +70,30 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
 
 
 def _build(
-    name: str, runs: pd.DataFrame, builders: Sequence[Callable], problems: list[str], bar: tqdm
+    name: str, runs: pd.DataFrame, builders: Sequence[Callable], left: PartsLeftOut, bar: tqdm
 ) -> Files:
     files: Files = {}
     names = runs["name"].dropna().unique() if "name" in runs else ()
     with method_colours(names):
         for builder in builders:
-            _build_one(builder, name, runs, files, problems, bar)
+            _build_one(builder, name, runs, files, left, bar)
     return files
 
 
 def _build_one(
-    builder: Callable, name: str, runs: pd.DataFrame, files: Files, problems: list[str], bar: tqdm
+    builder: Callable, name: str, runs: pd.DataFrame, files: Files, left: PartsLeftOut, bar: tqdm
 ) -> None:
-    """One builder's files into `files`; one that fails is named among the problems."""
+    """One builder's files into `files`; one that cannot be drawn here, or fails, is named in
+    `left`."""
     bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
     try:
         files.update(builder(runs, name))
     except DamagedRun:
         raise  # the table is built again without that run
+    except PartUnavailable as err:  # e.g. a gallery whose images are not on this machine
+        left.unavailable.append(f"{name}: {builder.__name__} left out ({err})")
     except Exception as err:  # a file that no run can mend never stops the report
-        problems.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
+        left.failed.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
     bar.update()
 
 
@@ -115,16 +129,16 @@ def build_groups(
     builders: Sequence[Callable],
     problems: list[str],
     left_out: dict[str, list[str]] | None = None,
-) -> tuple[dict[str, Files], list[str]]:
+) -> tuple[dict[str, Files], PartsLeftOut]:
     """The files of each table, and across classify tables; a run with a damaged file is left
     out of every table it is in, named among the problems and under the table's title (with
     the runs already `left_out` by table), and the rest is built without it. With them, the
-    parts that failed (a line each)."""
+    parts left out: not drawable here, or failed."""
     tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
     left_out = {table: list(lines) for table, lines in (left_out or {}).items()}
     with building_bar(part_count(tables, builders)) as bar:
         while True:
-            found: list[str] = []
+            found = PartsLeftOut([], [])
             try:
                 groups = build_all(df, builders, found, bar, tables)
             except DamagedRun as err:
@@ -136,16 +150,16 @@ def build_groups(
 def build_all(
     df: pd.DataFrame,
     builders: Sequence[Callable],
-    problems: list[str],
+    left: PartsLeftOut,
     bar: tqdm,
     tables: Sequence[str],
 ) -> dict[str, Files]:
     """One attempt of `build_groups` over these tables: a DamagedRun ends it."""
     parts = {t: df[df["table"] == t] for t in tables}
     bar.reset(total=part_count(tables, builders))  # from 0 after a damaged run left out
-    groups = {t: _build(t, p, builders, problems, bar) for t, p in parts.items()}
-    groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], problems, bar)
-    groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], problems, bar)
+    groups = {t: _build(t, p, builders, left, bar) for t, p in parts.items()}
+    groups[CLASSIFICATION] = _build(CLASSIFICATION, df, [classification_files], left, bar)
+    groups[TUNED_DEFAULT] = _build(TUNED_DEFAULT, df, [tuned_default_files], left, bar)
     return groups
 
 
@@ -193,8 +207,9 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     out = Path(out)
     log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
     builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
-    groups, failed = build_groups(df, builders, problems, left_out)
-    problems += failed
+    groups, parts = build_groups(df, builders, problems, left_out)
+    problems += parts.unavailable + parts.failed
+    failed = parts.failed
     tuned = tuning_files(results)
     if tuned:
         groups[TUNING] = tuned

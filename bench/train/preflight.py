@@ -4,6 +4,7 @@ scored. Each fault is a one-line ValueError naming what to change."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +57,21 @@ def check_results_outside_data(configs: list[RunConfig], results: Path) -> None:
     """A one-line ValueError where the results folder lies inside a run's image folder (run
     from inside it): the runs and the report would be written into the user's data, and the
     next run would read the report's images as one more class."""
-    where = Path(results).expanduser().resolve()
-    for dataset in dict.fromkeys(c.dataset for c in configs if c.dataset.startswith(FOLDER_PREFIX)):
+    check_outside_data(results, [c.dataset for c in configs], "--results")
+
+
+def check_outside_data(path: Path, datasets: Iterable[str], option: str) -> None:
+    """A one-line ValueError where `path` (what `option` writes) lies inside the folder of a
+    `folder:` data set: never written into a user's data, where it would be read back as a
+    class of it."""
+    where = Path(path).expanduser().resolve()
+    for dataset in dict.fromkeys(d for d in datasets if d.startswith(FOLDER_PREFIX)):
         root = Path(dataset.removeprefix(FOLDER_PREFIX)).expanduser().resolve()
         if where == root or root in where.parents:
             raise ValueError(
-                f"--results {results} lies inside the data folder {root}: the runs would be "
-                "written into your data and read back as a class of it; give a --results "
-                "folder outside it (e.g. run from the folder above)"
+                f"{option} {path} lies inside the data folder {root}: nothing is written into "
+                f"your data, where it would be read back as a class of it; give {option} "
+                "outside it (e.g. run from the folder above)"
             )
 
 
