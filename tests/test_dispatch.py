@@ -120,3 +120,17 @@ def test_a_jobs_error_is_its_exception_line_not_submitits_trailer():
     )
     line = "sqlalchemy.exc.IntegrityError: (sqlite3.IntegrityError) UNIQUE constraint failed"
     assert error_line(Exception(report)) == line
+
+
+@pytest.mark.parametrize("command", ["run", "suite", "tune"])
+def test_slurm_without_slurm_is_one_line_before_any_work(tmp_path, monkeypatch, command):
+    # Before: submitit's 'Could not detect "srun"' traceback, after tune had made its study.
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    loss = "--losses" if command == "suite" else "--loss"
+    out = cli(command, loss, "contrastive", "--dataset", "digits", "--executor", "slurm",
+              "--results", tmp_path / "r")  # fmt: skip
+    assert out.exit_code == 1 and out.output.strip() == (
+        "Error: --executor slurm needs Slurm (its sbatch), not found on this machine; run on "
+        "the cluster's login node, or give --executor local"
+    )
+    assert not (tmp_path / "r").exists()

@@ -110,12 +110,12 @@ def test_tune_resumes_after_kill_without_repeating_finished_trials(tmp_path, sto
     assert default.number == 0 and default.user_attrs[DEFAULT]
     assert default.user_attrs[EPOCHS_TRAINED] == 4  # 2 folds x 2 epochs, never pruned
     (killed,) = study.get_trials(states=(TrialState.RUNNING,))
-    # Past the grace period below, the killed trial is failed and retried: more than 1 s after
-    # its last heartbeat, which SQLite keeps to the whole second, hence 2 s and more.
-    time.sleep(2.5)
+    # Past the grace period below, the killed trial is failed and retried: more than 2 s after
+    # its last heartbeat, which SQLite keeps to the whole second, hence 3 s and more.
+    time.sleep(3.5)
     # The same command again, in this process: another worker that reads only what the killed
     # one left in the study's database (a second interpreter would only import torch again).
-    again = contrastive_tune(tmp_path, 2, 2, "--storage", storage, "--grace", "1", "--folds", "2")
+    again = contrastive_tune(tmp_path, 2, 2, "--storage", storage, "--grace", "2", "--folds", "2")
     resumed = cli(*again)
     assert resumed.exit_code == 0, resumed.output
     study = studies(tmp_path, "contrastive", 2, 2, storage, folds=2)
@@ -229,6 +229,29 @@ def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(tmp_pa
     assert line.startswith(f"Error: the study's database {shown} cannot be used: "), line
     assert "Connection refused" in line, line
     assert f"check that the server is running and reachable at 127.0.0.1:{port}" in line, line
+
+
+def test_a_storage_file_that_is_no_database_is_one_line(tmp_path):
+    # Before: sqlalchemy's DatabaseError traceback ("file is not a database").
+    bad = tmp_path / "notes.db"
+    bad.write_text("my notes, not a study\n" * 100)
+    out = cli(*contrastive_tune(tmp_path, 1, 1, "--storage", f"sqlite:///{bad}"))
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    (line,) = out.output.strip().splitlines()
+    assert line.startswith(f"Error: the study's database sqlite:///{bad} cannot be used: file is")
+    assert line.endswith("check that the file is a study's SQLite database, or give --storage "
+                         "another file")  # fmt: skip
+    assert bad.read_text() == "my notes, not a study\n" * 100
+
+
+def test_a_grace_shorter_than_the_heartbeat_shortens_the_heartbeat():
+    # Before: --grace 1 with heartbeats every 10 s failed trials still running (a worker then
+    # crashed: "Cannot tell a FAIL trial").
+    from bench.tune.storage import heartbeat_s
+
+    assert [heartbeat_s(g) for g in (2, 3, 12, 20, 60, 600)] == [1, 1, 6, 10, 10, 10]
+    out = cli("tune", "--loss", "contrastive", "--grace", "1")
+    assert out.exit_code == 2 and "'--grace': 1 is not in the range x>=2" in out.output
 
 
 def test_refused_credentials_are_one_line_without_the_password(tmp_path, postgresql_server):

@@ -6,6 +6,7 @@ submits or waits cancels its unfinished jobs (`stop`): none trains on behind its
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -108,7 +109,13 @@ def dispatch_options(command: Callable) -> Callable:
 def dispatch_from(options: dict) -> Dispatch:
     """Take the dispatch options out of a command's keyword arguments."""
     names = ("executor", "jobs", "partition", "time_min", "gpus", "cpus")
-    return Dispatch(**{name: options.pop(name) for name in names})
+    dispatch = Dispatch(**{name: options.pop(name) for name in names})
+    if dispatch.executor == "slurm" and shutil.which("sbatch") is None:  # before any work
+        raise click.ClickException(
+            "--executor slurm needs Slurm (its sbatch), not found on this machine; run on the "
+            "cluster's login node, or give --executor local"
+        )
+    return dispatch
 
 
 def run_group(configs: list, results: Path, force: bool = False, device: str | None = None):

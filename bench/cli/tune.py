@@ -84,10 +84,11 @@ HELD = (
 )
 @click.option(
     "--grace",
-    type=POSITIVE,
+    type=click.IntRange(min=2),
     default=60,
     show_default=True,
-    help="Seconds without a heartbeat after which a worker's trial is retried.",
+    help="Seconds without a heartbeat after which a worker's trial is retried (at least 2; "
+    "the heartbeats come every 10 s, or every half of it where shorter).",
 )
 @setting_options(*HELD)
 @RESULTS

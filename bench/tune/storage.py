@@ -24,6 +24,12 @@ class StorageError(ValueError):
     """A study's database that cannot be used, in one line."""
 
 
+def heartbeat_s(grace_s: int) -> int:
+    """Seconds between a running trial's heartbeats: HEARTBEAT_S, or half the grace where
+    that is shorter, so that a trial still running is never taken for a dead worker's."""
+    return max(1, min(HEARTBEAT_S, grace_s // 2))
+
+
 def rdb_storage(url: str, grace_s: int) -> RDBStorage:
     """Optuna's storage at `url`, with heartbeats: a RUNNING trial silent for `grace_s` seconds
     is failed and retried (up to 3 times) with the same parameters and the validation scores
@@ -34,7 +40,7 @@ def rdb_storage(url: str, grace_s: int) -> RDBStorage:
     try:
         storage = RDBStorage(
             engine_url(url),
-            heartbeat_interval=HEARTBEAT_S,
+            heartbeat_interval=heartbeat_s(grace_s),
             grace_period=grace_s,
             heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(
                 max_retry=3, inherit_intermediate_values=True
@@ -107,11 +113,11 @@ def parsed_url(url: str) -> URL | None:
 def storage_errors(url: str) -> Iterator[None]:
     """A database error while opening or using the study (the server down or unreachable, the
     credentials refused, the database missing or not writable) as one StorageError line."""
-    from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+    from sqlalchemy.exc import DatabaseError, InterfaceError, OperationalError, ProgrammingError
 
     try:
         yield
-    except (OperationalError, InterfaceError, ProgrammingError) as err:
+    except (OperationalError, InterfaceError, ProgrammingError, DatabaseError) as err:
         raise StorageError(unreachable(url, err)) from None
 
 
@@ -139,7 +145,9 @@ def unreachable(url: str, err: Exception) -> str:
     parsed = make_url(url)
     if parsed.password:
         why = why.replace(str(parsed.password), "***")
-    if parsed.get_backend_name() == "sqlite":
+    if parsed.get_backend_name() == "sqlite" and "not a database" in why:
+        check = "that the file is a study's SQLite database, or give --storage another file"
+    elif parsed.get_backend_name() == "sqlite":
         check = "that its folder exists and can be written, on a local disk"
     else:
         where = f"{parsed.host or 'localhost'}:{parsed.port or 'the default port'}"
