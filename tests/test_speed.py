@@ -382,6 +382,23 @@ def test_a_train_step_pair_that_is_not_backbone_batch_is_refused():
     assert out.exit_code == 1 and "--precisions 'fp8'" in out.output
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--device", "foo"], "Error: unknown --device 'foo'; expected cpu, cuda or cuda:N"),
+        (["--threads", "-1"], "'--threads': -1 is not in the range x>=1"),
+    ],
+)
+def test_a_device_or_thread_count_torch_refuses_is_one_line(args, says):
+    # Before: torch's RuntimeError tracebacks (set_num_threads, torch.device).
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    out = CliRunner().invoke(main, ["speed", "--only", "lifted", *args])
+    assert out.exit_code in (1, 2) and says in out.output and "Traceback" not in out.output
+
+
 def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):
     from bench.cli.speed import run_wall_rows
     from bench.speed.run_wall import run_wall_row

@@ -169,3 +169,21 @@ def test_a_gallery_or_a_t_sne_out_of_bounds_is_refused_before_anything_loads(tmp
     out = CliRunner().invoke(main, ["visualize", str(run), *args])
     (line,) = out.output.strip().splitlines()
     assert out.exit_code == 2 and bound in line and not list(run.glob("*.png"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "no embeddings array"])
+def test_a_damaged_embeddings_file_is_one_line(tmp_path, damage):
+    # Before: zipfile's BadZipFile or numpy's KeyError traceback.
+    run = write_run(tmp_path / "run", finished=True)
+    path = run / "test_embeddings.npz"
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        atomic_save_npz(path, labels=np.arange(3))
+    out = CliRunner().invoke(
+        main, ["visualize", str(run), "--out", str(tmp_path / "v"), "--no-gallery"]
+    )
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    (line,) = [x for x in out.output.splitlines() if x.startswith("Error")]
+    assert line.startswith("Error: run: test_embeddings.npz is damaged ("), line
+    assert out.output.strip().endswith(line) and not (tmp_path / "v").exists()

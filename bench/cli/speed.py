@@ -139,7 +139,9 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     "CUB-200-2011 layout: 8000), written with an empty image cache in its temporary folder.",
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
-@click.option("--threads", default=None, type=int, help="CPU threads (default: every core).")
+@click.option(
+    "--threads", default=None, type=click.IntRange(1), help="CPU threads (default: every core)."
+)
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
     refresh_images, ann_size, scale_sizes, scale_memory, scale_timeout, crossover_items,
@@ -157,8 +159,10 @@ def speed(
     import tempfile
 
     from bench.cli.options import parse_ints
+    from bench.cli.training import checked_device
     from bench.speed.loader import CACHED_BATCHES, batches_needed, batches_read
 
+    checked_device(device)  # a one-line error for a device torch does not know, or lacks
     chosen = chosen_benchmarks(only)
     if run_wall_images is not None and run_wall is None:
         raise click.ClickException("--run-wall-images needs --run-wall 'RUN OPTIONS' to run")

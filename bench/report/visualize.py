@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report import figures, similarity, tsne
+from bench.report.run_files import saved_embeddings
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
 from bench.util.progress import log
@@ -20,14 +21,15 @@ HEARTBEAT_S = 15.0  # a line this often while one figure is drawn (t-SNE: a minu
 
 
 def load_embeddings(run_dir: Path, name: str) -> tuple[np.ndarray, np.ndarray]:
-    path = Path(run_dir) / name
-    if not path.is_file():
+    """A run's saved embeddings and labels; a one-line error where the file is missing or
+    damaged (DamagedRun)."""
+    saved = saved_embeddings(run_dir, name)
+    if saved is None:
         raise FileNotFoundError(
-            f"{path} not found; visualize needs a finished run of this "
+            f"{Path(run_dir) / name} not found; visualize needs a finished run of this "
             f"version (with {store.EMBEDDINGS} and {store.TRAIN_EMBEDDINGS})"
         )
-    saved = np.load(path)
-    return saved["embeddings"], saved["labels"]
+    return saved
 
 
 def subsample(x: np.ndarray, labels: np.ndarray, n: int, seed: int = 0):
