@@ -145,6 +145,31 @@ def retrained(monkeypatch) -> list[list[tuple]]:
     return calls
 
 
+def test_a_ctrl_c_mid_trial_queues_that_trial_again_and_exits_130(tmp_path):
+    # Before: Optuna failed the trial for good and the next command went on to the next point;
+    # interrupted in trial 0, the shipped default was never evaluated.
+    cmd = [sys.executable, "-m", "bench.cli", *contrastive_tune(tmp_path, 2, 4)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not unfinished_run(tmp_path):  # the first trial (the default) past an epoch
+        assert proc.poll() is None and time.time() < deadline
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "interrupted; run the same command again to resume"
+    study = studies(tmp_path, "contrastive", 2, 4)
+    failed, queued = study.trials
+    assert failed.state == TrialState.FAIL and queued.state == TrialState.WAITING
+    assert queued.params == failed.params and queued.user_attrs[DEFAULT]
+    again = cli(*contrastive_tune(tmp_path, 2, 4))
+    assert again.exit_code == 0, again.output
+    study = studies(tmp_path, "contrastive", 2, 4)
+    done = complete(study)
+    assert len(done) == 2 and done[0].user_attrs[DEFAULT] and done[0].params == failed.params
+    assert RetryHeartbeatStaleTrialCallback.retried_trial_number(done[0]) == failed.number
+
+
 def test_two_processes_share_one_study_without_duplicates(tmp_path, storage, monkeypatch):
     studies(tmp_path, "contrastive", 4, 1, storage)  # created before the workers race for it
     workers = [start_tune(tmp_path, 4, 1, "--storage", storage) for _ in range(2)]

@@ -3,6 +3,8 @@ with several seeds and tested once."""
 
 from __future__ import annotations
 
+import signal
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -119,10 +121,6 @@ def tune(
         default_storage,
         open_study,
         preset_epochs,
-        pruning_line,
-        tune_loss,
-        tuned_configs,
-        write_summary,
     )
     from losses.registry import check_memory_taken
 
@@ -169,22 +167,36 @@ def tune(
             executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)
         ]
         wait(workers, f"tuning {', '.join(names)}")
-    configs = []
-    for name in names:
-        try:
-            study = tune_loss(setup, name, url, results)  # after workers: loads the done study
-            folder = write_summary(study, setup, name, results)
-        except (ValueError, RuntimeError) as err:
-            raise click.ClickException(first_line(err)) from None
-        click.echo(
-            f"{study.study_name}: best validation {study.best_value:.4f} with "
-            f"{study.best_trial.params} ({folder})"
-        )
-        click.echo(f"{study.study_name}: {pruning_line(study, setup)}")
-        configs += tuned_configs(study, setup, name, seeds, final_epochs, cross_validate)
+    from bench.cli.training import INTERRUPTED, Terminated, sigterm_interrupts
+
+    retrain = (seeds, final_epochs, cross_validate)
+    try:
+        with sigterm_interrupts():
+            configs = [c for n in names for c in tuned_loss(setup, n, url, results, *retrain)]
+    except KeyboardInterrupt as stop:  # the trial under way is queued again (its checkpoints)
+        click.echo(INTERRUPTED, err=True)
+        sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
+
+
+def tuned_loss(setup, name: str, url: str, results: Path, seeds, final_epochs, cross_validate):
+    """The loss's study run to its end (after workers: loaded), summarised; its best settings'
+    runs to retrain."""
+    from bench.tune.study import pruning_line, tune_loss, tuned_configs, write_summary
+
+    try:
+        study = tune_loss(setup, name, url, results)
+        folder = write_summary(study, setup, name, results)
+    except (ValueError, RuntimeError) as err:
+        raise click.ClickException(first_line(err)) from None
+    click.echo(
+        f"{study.study_name}: best validation {study.best_value:.4f} with "
+        f"{study.best_trial.params} ({folder})"
+    )
+    click.echo(f"{study.study_name}: {pruning_line(study, setup)}")
+    return tuned_configs(study, setup, name, seeds, final_epochs, cross_validate)
 
 
 def held_settings(given: dict, dataset: str, names: list[str]) -> dict:

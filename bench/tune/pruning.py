@@ -104,6 +104,26 @@ def retried_from(trial: FrozenTrial) -> int | None:
         return RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
 
 
+def retried_on_interrupt(objective: Callable[[optuna.Trial], float]):
+    """The objective, its trial put back in the queue when a Ctrl-C (or SIGTERM) stops it, as
+    a dead worker's trial is: Optuna fails it, and the next command would have gone on to the
+    next point, the shipped default lost when it was the first. Its runs then resume from
+    their checkpoints, and its epochs count once (`epochs_trained`)."""
+
+    def run(trial: optuna.Trial) -> float:
+        try:
+            return objective(trial)
+        except KeyboardInterrupt:
+            (frozen,) = [t for t in trial.study.get_trials() if t.number == trial.number]
+            with warnings.catch_warnings():  # "experimental" since Optuna 2.8
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                retry = RetryHeartbeatStaleTrialCallback(None, inherit_intermediate_values=True)
+            retry(trial.study, frozen)
+            raise
+
+    return run
+
+
 def count_reused(trial: optuna.Trial, epochs: int) -> None:
     """A run of the trial found finished (by an earlier study): its epochs read, not trained."""
     trial.set_user_attr(EPOCHS_REUSED, trial.user_attrs.get(EPOCHS_REUSED, 0) + epochs)

@@ -48,6 +48,7 @@ from bench.tune.pruning import (
     ended,
     epochs_trained,
     make_pruner,
+    retried_on_interrupt,
     savings,
     skip,
     trials_table,
@@ -244,7 +245,7 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path):
         log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
         return score
 
-    return run_trial
+    return retried_on_interrupt(run_trial)
 
 
 def budget_taken(trial: optuna.Trial, setup: TuneSetup) -> bool:
