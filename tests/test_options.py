@@ -5,9 +5,11 @@ nothing trained: `run_all` records the runs a command would train."""
 
 import json
 import os
+import re
 from dataclasses import fields, replace
 
 import click
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -279,6 +281,15 @@ def test_a_tuned_loss_parameter_is_held_fixed_and_names_its_study():
     assert TuneSetup("digits", 8, 2, 1).study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-hyperband"
     budget = TuneSetup("digits", 8, 2, 1, pruner="halving", epoch_budget=30)
     assert budget.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-halving-b30"
+    # A budget names an unpruned study too: studies of 5 and of 3 epochs were one (issue:
+    # the second read the first's trials).
+    unpruned_budget = TuneSetup("digits", 8, 2, 1, pruner="none", epoch_budget=30)
+    assert unpruned_budget.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-b30"
+    # A name too long for a folder is cut, its data set's part hashed (the search ran, then
+    # every write failed "File name too long").
+    long = TuneSetup(f"folder:/{'a' * 150}/{'b' * 120}", 8, 2, 1, data="0123abcd")
+    name = long.study_name("nngk")
+    assert len(name) <= 200 and name.endswith("-nngk-d8-t2-e1-f1-s0-hyperband-data-0123abcd")
     fixed = TuneSetup("digits", 8, 2, 1, fixed={"nngk": {"k": 50}}, pruner="none")
     assert fixed.study_name("nngk") == "digits-nngk-d8-t2-e1-f1-s0-k-50"
     assert fixed.study_name("contrastive") == "digits-contrastive-d8-t2-e1-f1-s0"
@@ -369,3 +380,23 @@ def test_a_setting_of_nan_or_infinity_is_refused_in_one_line(args):
 
 def test_a_loss_parameter_of_nan_is_refused_in_one_line():
     one_line_error(invoke("run", "--loss-param", "sigma=nan"), "sigma=nan; expected a finite")
+
+
+def test_a_study_of_data_that_changed_is_another_study(tmp_path, tune_setups):
+    # Before: the study of the file as it was went on, its settings retrained on the new data.
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(12), 10)
+    path = tmp_path / "f.npz"
+    args = ["tune", "--loss", "contrastive", "--dims", "8", "--batch-size", "16",
+            "--m-per-class", "4", "--results", tmp_path]  # fmt: skip
+    names = []
+    for shift in (0.0, 1.0):
+        features = rng.normal(size=(120, 4)).astype(np.float32) + shift
+        np.savez(
+            path, features=features, labels=labels, split=np.where(labels < 6, "train", "test")
+        )
+        one_line_error(invoke(*args, "--dataset", f"features:{path}"), "stopped here")
+        names.append(tune_setups[-1].study_name("contrastive"))
+    assert names[0] != names[1] and all(re.search(r"-data-[0-9a-f]{8}$", n) for n in names)
+    one_line_error(invoke(*args, "--dataset", "digits"), "stopped here")
+    assert tune_setups[-1].data == ""  # the built-in sets: the names they had

@@ -154,6 +154,7 @@ def tune(
     try:  # the URL, then each loss's trial runs on their data, before any study starts
         check_kept(url)
         check_trials(setup, names)
+        setup = replace(setup, data=data_hash(dataset))
     except ValueError as err:
         raise click.ClickException(first_line(err)) from None
     if dispatch.executor != "none":
@@ -179,6 +180,21 @@ def tune(
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
+
+
+def data_hash(dataset: str) -> str:
+    """A short hash of the data's identity (its location and fingerprint); '' for the built-in
+    sets, which have none. It names the study: a folder whose images changed is searched anew,
+    never mixed into the study of the images it had."""
+    import hashlib
+
+    from bench.data.identity import data_identity
+
+    identity = data_identity(dataset, "")
+    if not any(identity.values()):
+        return ""
+    text = f"{identity['data_location']}\n{identity['data_fingerprint']}"
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def tuned_loss(setup, name: str, url: str, results: Path, seeds, final_epochs, cross_validate):

@@ -6,3 +6,6 @@ from __future__ import annotations
 
 PRUNER_NAMES = ("hyperband", "halving", "median", "none")
 PRUNER_DEFAULT = "hyperband"
+
+# A study's name names its folder, and the report's files beside it ("tuning-<name>-...png").
+STUDY_NAME_MAX = 200

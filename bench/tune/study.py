@@ -39,7 +39,7 @@ from bench.train.guards import DivergedAtStart
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
-from bench.tune.choices import PRUNER_DEFAULT
+from bench.tune.choices import PRUNER_DEFAULT, STUDY_NAME_MAX
 from bench.tune.pruning import (
     DEFAULT,
     ReportingTrainer,
@@ -57,7 +57,7 @@ from bench.tune.sampler import SobolSampler
 from bench.tune.storage import rdb_storage, storage_errors
 from bench.tune.waiting import wait_for_running
 from bench.util.atomic import atomic_write_json
-from bench.util.names import safe_name
+from bench.util.names import fitted_name, safe_name
 from bench.util.progress import log
 from losses import get_loss_class
 from losses.registry import loss_defaults
@@ -86,15 +86,17 @@ class TuneSetup:
     fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Run settings given to tune (--optimizer, --memory): in every trial and retrained run.
     settings: dict[str, Any] = field(default_factory=dict)
+    data: str = ""  # a hash of the data's identity where it has one: changed data, a new study
 
     def study_name(self, loss: str) -> str:
         budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
         held = {**self.fixed.get(loss, {}), **self.settings}
         fixed = "".join(f"-{k}-{v}" for k, v in sorted(held.items()))
-        # Only a pruned search adds to the name, so that earlier studies keep theirs.
-        if self.pruner != "none":
-            budget += f"-{self.pruner}" + (f"-b{self.epoch_budget}" if self.epoch_budget else "")
-        return f"{safe_name(self.dataset)}-{loss}-{budget}{safe_name(fixed)}"
+        # A pruner, a budget, data of files: named only where set, so earlier names stay.
+        budget += f"-{self.pruner}" if self.pruner != "none" else ""
+        budget += f"-b{self.epoch_budget}" if self.epoch_budget else ""
+        tail = f"{loss}-{budget}{safe_name(fixed)}" + (f"-data-{self.data}" if self.data else "")
+        return fitted_name(safe_name(self.dataset), tail, STUDY_NAME_MAX)
 
     @property
     def steps(self) -> int:
