@@ -75,3 +75,24 @@ def test_defaults_trained_as_fold_models_are_averaged_per_seed_too():
     folds = mapr.loc["contrastive, the mean of 2 class folds' models"]
     assert folds["default_mean"] == pytest.approx(0.30) and folds["default_seeds"] == 2
     assert mapr.loc["contrastive, random init", "default_mean"] == pytest.approx(0.11)
+
+
+def test_two_studies_of_one_loss_are_two_rows_never_one_mean():
+    # Before: the runs of both studies' settings (lr 0.01 and 0.000258) made one "tuned" mean.
+    first = runs("glyphs-tuned", "random init", [0.10, 0.11])
+    second = runs("glyphs-tuned", "random init", [0.14, 0.15])
+    for row in first:
+        row["tuned"] = "glyphs-contrastive-d8-t1-e2-f1-s0-hyperband"
+    for row in second:
+        row["tuned"], row["path"] = "glyphs-contrastive-d8-t2-e2-f1-s0-hyperband", row["path"] + "b"
+    df = pd.DataFrame(runs("glyphs", "random init", [0.12, 0.12]) + first + second)
+    table = pd.read_csv(pd.io.common.BytesIO(tuned_default_files(df)["tuned-vs-default.csv"]))
+    mapr = table[table["metric"] == "map@r"].set_index("study")
+    assert mapr.loc["glyphs-contrastive-d8-t1-e2-f1-s0-hyperband", "tuned_mean"] == pytest.approx(
+        0.105
+    )
+    assert mapr.loc["glyphs-contrastive-d8-t2-e2-f1-s0-hyperband", "tuned_mean"] == pytest.approx(
+        0.145
+    )
+    assert set(mapr["method"]) == {f"contrastive (study {s})" for s in mapr.index}
+    assert (mapr["tuned_seeds"] == 2).all()

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.folds import complete_seeds, fold_runs
-from bench.report.runs import trained_runs
+from bench.report.runs import column_or_nan, trained_runs
 from bench.report.setup import setup_line
 from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value, t_halfwidth
 from bench.report.table_format import COLUMNS, FLOAT, Files, cell, github_table
@@ -81,9 +81,15 @@ def table_rows(df: pd.DataFrame, tuned_table: str) -> list[dict]:
     trained = trained_runs(df)
     base = tuned_table.removesuffix(TUNED_SUFFIX)
     defaults = trained[trained["table"] == base]
+    found = trained[trained["table"] == tuned_table]
+    found = found.assign(tuned=column_or_nan(found, "tuned", "").fillna("").astype(str))
+    studies = found.groupby(MATCH, dropna=False)["tuned"].transform("nunique")
     rows = []
-    for key, tuned in trained[trained["table"] == tuned_table].groupby(MATCH, dropna=False):
+    # A study a row: two studies of one loss chose two settings, never one mean of both.
+    for (*key, study), tuned in found.groupby([*MATCH, "tuned"], dropna=False):
         match = (defaults[MATCH] == pd.Series(key, index=MATCH)).all(axis=1)
+        method = tuned["method"].iloc[0]
+        method += f" (study {study})" if studies[tuned.index].iloc[0] > 1 else ""
         tuned_seeds = tuned_per_seed(tuned)
         if tuned_seeds.empty:
             continue
@@ -95,7 +101,8 @@ def table_rows(df: pd.DataFrame, tuned_table: str) -> list[dict]:
                     {
                         "table": base,
                         **dict(zip(MATCH, key, strict=True)),
-                        "method": tuned["method"].iloc[0],
+                        "method": method,
+                        "study": study,
                         "default": name,
                         "metric": metric,
                         "default_mean": d.mean(),
