@@ -412,3 +412,23 @@ def test_a_forced_refit_that_fails_keeps_the_finished_run(tmp_path, monkeypatch)
     monkeypatch.undo()
     assert run_linear_method("pca", "digits", 4, results=tmp_path, force=True) == run_dir
     assert sorted(p.name for p in tmp_path.iterdir()) == [run_dir.name]  # no staging left
+
+
+@pytest.mark.parametrize(
+    "labels, says", [("one class", "items of 1 class"), ("singletons", "no class with two")]
+)
+def test_linear_refuses_a_test_split_retrieval_cannot_score(tmp_path, labels, says) -> None:
+    # Before: mprec@1 = MAP@R = 1.0 (one class) or MAP@R nan (no class of two), exit 0, with
+    # the run and the baselines written.
+    rng = np.random.default_rng(0)
+    train = np.repeat(np.arange(4), 10)
+    test = np.zeros(20, np.int64) if labels == "one class" else np.arange(10, 30)
+    features = rng.normal(size=(60, 6)).astype(np.float32)
+    split = np.array(["train"] * 40 + ["test"] * 20)
+    np.savez(
+        tmp_path / "f.npz", features=features, labels=np.concatenate([train, test]), split=split
+    )
+    out = cli("linear", "--dataset", f"features:{tmp_path / 'f.npz'}", "--method", "pca",
+              "--dims", "2", "--results", tmp_path / "r")  # fmt: skip
+    assert out.exit_code == 1 and says in out.output and "the test split of features:" in out.output
+    assert not (tmp_path / "r").exists()

@@ -60,6 +60,7 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
     from bench.classic.methods import linear_runs, run_linear_method
     from bench.cli.training import run_device
     from bench.data.features import load_features
+    from bench.train.preflight import check_scorable
     from bench.train.presets import make_configs
     from bench.util.torch_knn import search_device
 
@@ -69,6 +70,7 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
     try:
         plan = linear_runs(method.split(","), dims, seeds, given)
         feats = load_features(dataset, protocol=protocol)
+        check_scorable(f"the test split of {dataset}", feats.test_labels)
         too_big = [d for name, d, _, _ in plan if name != "no-projection" and d > feats.dims]
         if too_big:
             raise ValueError(f"--dims {max(too_big)} exceeds the {feats.dims} feature dimensions")

@@ -218,22 +218,27 @@ def check_test(cfg: RunConfig, data: DataSplits) -> None:
     query has a neighbour of its class to find. The pairs protocol's unseen split too."""
     splits = {"test": data.test, "unseen": data.unseen}
     for name, split in splits.items():
-        if split is None:
-            continue
-        counts = class_counts(split.labels)
-        if len(counts) < 2:
-            raise ValueError(
-                f"the {name} split of {cfg.dataset} holds {len(split)} items of "
-                f"{classes_text(len(counts))}: retrieval needs two at least (with one, R@1, NMI "
-                f"and MAP@R all read 1.0){where_classes_go(cfg)}; use a data set with more "
-                "classes"
-            )
-        if not (counts >= 2).any():
-            raise ValueError(
-                f"the {name} split of {cfg.dataset} has {len(split)} items and no class with "
-                "two: no query has an item of its class to find, so R@K and MAP@R mean "
-                "nothing; use a data set with more images per class"
-            )
+        if split is not None:
+            where = where_classes_go(cfg)
+            check_scorable(f"the {name} split of {cfg.dataset}", split.labels, where)
+
+
+def check_scorable(split: str, labels, where: str = "") -> None:
+    """A one-line error for labels whose retrieval means nothing: one class, or no class of two
+    items (`check_test`; `linear`'s feature files too)."""
+    counts = class_counts(labels)
+    if len(counts) < 2:
+        raise ValueError(
+            f"{split} holds {len(labels)} items of {classes_text(len(counts))}: retrieval needs "
+            f"two at least (with one, R@1, NMI and MAP@R all read 1.0){where}; use a data set "
+            "with more classes"
+        )
+    if not (counts >= 2).any():
+        raise ValueError(
+            f"{split} has {len(labels)} items and no class with two: no query has an item of "
+            "its class to find, so R@K and MAP@R mean nothing; use a data set with more images "
+            "per class"
+        )
 
 
 def check_trained_classes(cfg: RunConfig, data: DataSplits) -> None:
