@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -295,3 +296,30 @@ def test_a_suite_fine_tunes_it_as_run_does(tmp_path, weights):
     assert json.loads((run / "metrics.json").read_text())["weights"] == LABEL
     again = cli("run", "--loss", "contrastive", *args)  # the same run: found, not trained again
     assert again.exit_code == 0 and "finished, skipped" in again.output
+
+
+def test_weights_replaced_at_the_same_path_are_never_taken_as_trained(tmp_path, weights):
+    # Before: the run was "finished, skipped" though it never saw the new weights, and the
+    # untrained baseline kept the old weights' numbers.
+    copy = tmp_path / "w.pt"
+    shutil.copy(weights, copy)
+    args = ["run", "--loss", "contrastive", "--dataset", DATA, "--dims", "8", "--epochs", "1",
+            "--batch-size", "16", "--pretrained", copy, "--results", tmp_path / "r"]  # fmt: skip
+    assert cli(*args).exit_code == 0
+    state = torch.load(copy, weights_only=True)
+    first = next(k for k, v in state.items() if v.is_floating_point())
+    state[first] = state[first] + 0.5  # other weights, the same file name
+    torch.save(state, copy)
+    again = cli(*args, catch_exceptions=True)
+    assert again.exit_code == 1, again.output
+    (line,) = [x for x in again.output.splitlines() if x.startswith("Error")]
+    assert "finished, but its weights file" in line and "changed since it was trained" in line
+    assert "--force retrains from the new weights" in line
+    assert "changed since it was trained (sha256" in again.output.split("Error")[0]
+    assert ": evaluated again" in again.output  # the untrained baseline, from the new weights
+    forced = cli(*args, "--force")
+    assert forced.exit_code == 0, forced.output
+    new = hashlib.sha256(copy.read_bytes()).hexdigest()
+    records = [json.loads(p.read_text()) for p in (tmp_path / "r").glob("*/metrics.json")]
+    recorded = [m["weights_sha256"] for m in records if "weights_sha256" in m]
+    assert len(recorded) >= 2 and set(recorded) == {new}  # the run and its baseline

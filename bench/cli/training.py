@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bench.runs import store
+from bench.runs.config import changed_weights
 from bench.util.errors import first_line
 from bench.util.progress import log
 
@@ -195,6 +196,9 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
+        changed = changed_weights(store.read_metrics(run_dir), cfg.pretrained)
+        if changed:
+            raise ValueError(f"{run_dir.name}: finished, but {changed}")
         diverged = store.read_metrics(run_dir).get("diverged")
         note = f"; it diverged at {diverged}" if diverged else ""
         click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")

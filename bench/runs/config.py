@@ -288,6 +288,22 @@ def weights_record(pretrained: str) -> dict[str, str]:
     return {"weights_sha256": file_sha256(pretrained), "weights_format": weights_format(pretrained)}
 
 
+def changed_weights(metrics: dict, pretrained: str) -> str:
+    """Where a finished run recorded the sha256 of a weights file that now holds other weights
+    (replaced at the same path, e.g. `pretrain --force`): a line saying so; else ''. Its run
+    id names the path alone, so the run would be taken as done from weights it never saw."""
+    old = metrics.get("weights_sha256")
+    if not old or pretrained in NAMED_WEIGHTS or not Path(pretrained).is_file():
+        return ""
+    new = file_sha256(pretrained)
+    if new == old:
+        return ""
+    return (
+        f"its weights file {pretrained} changed since it was trained (sha256 {old[:12]}, now "
+        f"{new[:12]}); --force retrains from the new weights, or give them another path"
+    )
+
+
 def untrained_label(backbone: str, pretrained: str, weights: str = "") -> str:
     """The untrained-network baseline's row name, e.g. 'untrained small_cnn (random init)';
     `weights`: the weights' label, where it is known (else `weights_label(pretrained)`)."""

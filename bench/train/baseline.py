@@ -19,6 +19,7 @@ from bench.runs import store
 from bench.runs.config import (
     BASELINE_LOSS,
     RunConfig,
+    changed_weights,
     current_weights_label,
     untrained_label,
     weights_record,
@@ -139,7 +140,10 @@ def write_baseline(
     `device`: the search's, None for faiss on the CPU)."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
-        return run_dir
+        changed = changed_weights(store.read_metrics(run_dir), base.pretrained)
+        if not changed:
+            return run_dir
+        log.info(f"{run_dir.name}: {changed.split('; ')[0]}: evaluated again")
     log.info(f"{run_dir.name}: the baseline {label!r} on the {base.dataset} test split")
     embeddings = l2_normalised(features())
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
