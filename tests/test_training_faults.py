@@ -391,3 +391,26 @@ def test_features_refuse_an_out_in_the_image_folder_or_unwritable_before_extract
                      catch_exceptions=True)  # fmt: skip
         assert result.exit_code == 1 and f"Error: --out {out}" in result.output
         assert says in result.output and not out.exists()
+
+
+def test_features_of_other_settings_get_a_file_of_their_own(tmp_path, monkeypatch):
+    # Before: the default file named the data set, protocol, backbone and weights only, so a
+    # second extraction at another --seed (or --resize, --crop) said "exists, skipped" and kept
+    # the first's features.
+    import bench.train.extract as extract
+
+    extracted = []
+
+    def fake(*args, **kwargs):
+        extracted.append(args[6])  # the seed
+        rows = np.arange(8, dtype=np.float32).reshape(4, 2) + args[6]
+        return rows, np.array([0, 0, 1, 1]), np.array(["train", "train", "test", "test"])
+
+    monkeypatch.setattr(extract, "extract_features", fake)
+    monkeypatch.chdir(tmp_path)
+    for seed in ("0", "1", "1"):
+        out = cli("features", "--backbone", "small_cnn", "--pretrained", "none", "--seed", seed)
+        assert out.exit_code == 0, out.output
+    assert extracted == [0, 1]  # the third: the second's file, skipped
+    names = sorted(p.name for p in (tmp_path / "results" / "features").iterdir())
+    assert names == ["digits-metric-small_cnn-none-seed-1.npz", "digits-metric-small_cnn-none.npz"]

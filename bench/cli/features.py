@@ -46,7 +46,8 @@ from bench.protocols import DEFAULT_PROTOCOL
     "--out",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="Default: results/features/<dataset>-<protocol>-<backbone>-<weights>.npz.",
+    help="Default: results/features/<dataset>-<protocol>-<backbone>-<weights>.npz, with "
+    "--resize, --crop, --seed and --data-root where given (e.g. ...-resize-64.npz).",
 )
 @click.option("--force", is_flag=True, help="Extract again even if the file exists.")
 @DEVICE
@@ -61,7 +62,8 @@ def features(
     from bench.train.extract import default_features_path, extract_features
     from bench.train.preflight import check_outside_data
 
-    out = out or default_features_path(dataset, protocol, backbone, pretrained)
+    given = dict(resize=resize, crop=crop, seed=seed, data_root=data_root)
+    out = out or default_features_path(dataset, protocol, backbone, pretrained, **given)
     if out.exists() and not force:
         click.echo(f"{out}: exists, skipped (--force extracts again)")
         return

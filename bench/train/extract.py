@@ -3,6 +3,7 @@ set."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -15,17 +16,27 @@ from bench.models.embedding import build_model
 from bench.protocols import DEFAULT_PROTOCOL
 from bench.train.loaders import load_data
 from bench.train.presets import make_configs
-from bench.util.names import safe_name
+from bench.util.names import fitted_name, safe_name
 from bench.util.runtime import default_device, seed_everything
 
 FEATURES_DIR = Path("results") / "features"
 
 
-def default_features_path(dataset: str, protocol: str, backbone: str, pretrained: str) -> Path:
+def default_features_path(
+    dataset: str, protocol: str, backbone: str, pretrained: str, **given: object
+) -> Path:
+    """results/features/<dataset>-<protocol>-<backbone>-<weights>.npz, and the `given` settings
+    that change the features where set (--resize 64: '-resize-64'), so that an extraction of
+    other settings is never taken for this one's file; cut to fit a file name."""
     weights = safe_name(
         Path(pretrained).stem if pretrained not in ("imagenet", "none") else pretrained
     )
-    return FEATURES_DIR / f"{safe_name(dataset)}-{protocol}-{backbone}-{weights}.npz"
+    shown = {k: v for k, v in given.items() if v not in (None, "", 0)}
+    if "data_root" in shown:  # a folder: its hash
+        shown["data_root"] = hashlib.sha1(str(shown["data_root"]).encode()).hexdigest()[:8]
+    settings = "".join(f"-{k.replace('_', '-')}-{v}" for k, v in shown.items())
+    tail = f"{protocol}-{backbone}-{weights}{safe_name(settings)}.npz"
+    return FEATURES_DIR / fitted_name(safe_name(dataset), tail)
 
 
 def _split_features(model: torch.nn.Module, data: DataSplits, device: torch.device):
