@@ -348,6 +348,24 @@ def test_run_config_reruns_a_run_under_its_id(planned, tmp_path):
     one_line_error(invoke("run", "--config", tmp_path / "run"), "its data changed or moved since")
 
 
+def test_a_rerun_of_a_relative_folder_from_elsewhere_says_where_it_was_read(
+    planned, tmp_path, monkeypatch
+):
+    # Before: "folder: .../images not found" (or: its data moved), without a word of where.
+    make_folder(tmp_path / "a", classes=4, per_class=6)
+    monkeypatch.chdir(tmp_path / "a")
+    (cfg,) = make_configs("folder:images", "nngk", (8,), {}, backbone="small_cnn",
+                          pretrained="none", resize=32, crop=28)  # fmt: skip
+    (cfg,) = with_data_identity([cfg])
+    write_record(tmp_path / "run", cfg)
+    monkeypatch.chdir(tmp_path)  # another working folder: no images/ here
+    one_line_error(
+        invoke("run", "--config", tmp_path / "run"),
+        f"(the run read {tmp_path / 'a' / 'images'}: run --config from the folder it was "
+        "started in)",
+    )
+
+
 def test_run_config_refuses_what_is_not_a_runs_record(tmp_path):
     (tmp_path / "bad.json").write_text("{")
     one_line_error(invoke("run", "--config", tmp_path / "bad.json"), "not a run's config.json")

@@ -15,6 +15,7 @@ from bench.cli.params import given_params, loss_param_options, planned_params
 from bench.cli.rerun import check_nothing_else, check_same_run, read_record, recorded_config
 from bench.cli.settings import setting_options, settings_from
 from bench.cli.training import checked_device, checked_runs, identified
+from bench.data.names import FOLDER_PREFIX
 from bench.runs.config import RunConfig
 
 
@@ -114,8 +115,21 @@ def rerun_config(ctx: click.Context, path: Path) -> RunConfig:
         (cfg,) = identified([cfg])
         check_same_run(cfg, record)
     except (ValueError, FileNotFoundError, RuntimeError) as err:
-        raise click.ClickException(f"{path}: {str(err).splitlines()[0]}") from None
+        why = f"{path}: {str(err).splitlines()[0]}{started_elsewhere(record)}"
+        raise click.ClickException(why) from None
     return cfg
+
+
+def started_elsewhere(record: dict) -> str:
+    """Where a run of a relative folder (folder:imgs) read it, for a rerun from another
+    working folder, which reads another folder or none: '' for any other run."""
+    dataset, location = str(record.get("dataset", "")), record.get("data_location") or ""
+    folder = dataset.removeprefix(FOLDER_PREFIX)
+    if not dataset.startswith(FOLDER_PREFIX) or not location or Path(folder).is_absolute():
+        return ""
+    if Path(folder).expanduser().resolve() == Path(location):
+        return ""
+    return f" (the run read {location}: run --config from the folder it was started in)"
 
 
 def checked_configs(dataset: str, loss: str, dims, params: dict, **settings) -> list:
