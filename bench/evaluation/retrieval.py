@@ -246,7 +246,7 @@ def _scores(
 ) -> dict[str, np.ndarray]:
     """faiss's chunked scores on the CPU, or torch's on `device` where one is given."""
     ks = tuple(sorted(set(ks)))
-    for x in (queries, base):
+    for x in (queries,) if base is queries else (queries, base):
         fault = distance_fault(x)
         if fault:
             raise ValueError(f"cannot search these embeddings: {fault}")
@@ -266,9 +266,10 @@ def distance_fault(x: np.ndarray) -> str:
     x = np.asarray(x)
     if not x.size:
         return ""
-    if not np.isfinite(x).all():
+    lo, hi = float(x.min()), float(x.max())  # two passes, no copy: NaN and inf reach both
+    if not (np.isfinite(lo) and np.isfinite(hi)):
         return "some values are NaN or infinite"
-    largest = float(np.abs(x).max())
+    largest = max(-lo, hi)
     # |a - b|^2 <= dims * (2 * largest)^2 must stay below float32's largest value.
     if largest >= np.sqrt(float(np.finfo(np.float32).max) / (4 * x.shape[-1])):
         return f"a value of {largest:.3g} overflows float32's squared distances"
