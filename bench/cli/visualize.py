@@ -123,6 +123,8 @@ def check_drawable(run_dir: Path, out: Path, gallery: bool) -> None:
     from bench.report.gallery_images import check_same_data, has_images, run_config
     from bench.train.preflight import check_outside_data
 
+    if not (Path(run_dir) / store.CONFIG).is_file():
+        return  # not a run: said by what loads its embeddings
     cfg = run_config(run_dir)
     check_outside_data(out, [cfg.dataset], "--out")
     if gallery and has_images(cfg.dataset):
