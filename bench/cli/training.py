@@ -196,10 +196,11 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
-        changed = changed_weights(store.read_metrics(run_dir), cfg.pretrained)
+        metrics = store.read_metrics(run_dir)
+        changed = changed_weights(metrics, cfg.pretrained)
         if changed:
             raise ValueError(f"{run_dir.name}: finished, but {changed}")
-        diverged = store.read_metrics(run_dir).get("diverged")
+        diverged = metrics.get("diverged")
         note = f"; it diverged at {diverged}" if diverged else ""
         click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")
         return False

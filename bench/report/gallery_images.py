@@ -71,9 +71,7 @@ def load_splits(cfg: RunConfig) -> DataSplits:
     try:
         return load_run_data(cfg)
     except (OSError, ValueError) as err:
-        raise PartUnavailable(
-            f"{cfg.dataset}: its images are not at hand ({first_line(err)})"
-        ) from None
+        raise not_at_hand(cfg, err) from None
 
 
 def check_same_data(cfg: RunConfig) -> None:
@@ -83,9 +81,7 @@ def check_same_data(cfg: RunConfig) -> None:
     try:
         now = data_identity(cfg.dataset, cfg.data_root)
     except (OSError, ValueError) as err:
-        raise PartUnavailable(
-            f"{cfg.dataset}: its images are not at hand ({first_line(err)})"
-        ) from None
+        raise not_at_hand(cfg, err) from None
     changed = [k for k in DATA_IDENTITY if getattr(cfg, k) and getattr(cfg, k) != now[k]]
     if changed:
         raise PartUnavailable(
@@ -93,6 +89,10 @@ def check_same_data(cfg: RunConfig) -> None:
             f"{now[changed[0]]}, the run's {getattr(cfg, changed[0])}); its galleries would show "
             "other images (run from the folder the run was started in, or restore the data)"
         )
+
+
+def not_at_hand(cfg: RunConfig, err: Exception) -> PartUnavailable:
+    return PartUnavailable(f"{cfg.dataset}: its images are not at hand ({first_line(err)})")
 
 
 def item_image(split: Dataset, i: int) -> np.ndarray:
