@@ -186,15 +186,13 @@ def data_hash(dataset: str) -> str:
     """A short hash of the data's identity (its location and fingerprint); '' for the built-in
     sets, which have none. It names the study: a folder whose images changed is searched anew,
     never mixed into the study of the images it had."""
-    import hashlib
-
     from bench.data.identity import data_identity
+    from bench.data.names import identity_hash
 
     identity = data_identity(dataset, "")
     if not any(identity.values()):
         return ""
-    text = f"{identity['data_location']}\n{identity['data_fingerprint']}"
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
+    return identity_hash(identity["data_location"], identity["data_fingerprint"])
 
 
 def tuned_loss(setup, name: str, url: str, results: Path, seeds, final_epochs, cross_validate):

@@ -1,6 +1,9 @@
-"""Prefixes of the data set names that point at a path, and the pretraining source's name."""
+"""Prefixes of the data set names that point at a path, the pretraining source's name, and the
+short hash of a data set's identity that tells its tables and studies apart."""
 
 from __future__ import annotations
+
+import hashlib
 
 FEATURES_PREFIX = "features:"  # a data set of cached feature vectors (feature_files.py)
 FOLDER_PREFIX = "folder:"
@@ -51,3 +54,9 @@ def check_dataset_name(name: str) -> None:
     raise ValueError(
         f"unknown data set {name!r}{close}; expected one of: {', '.join(dataset_names())}"
     )
+
+
+def identity_hash(location: str, fingerprint: str) -> str:
+    """A short hash of a data set's identity, its resolved location and fingerprint: what
+    tells its report tables and its tune studies apart from those of other data."""
+    return hashlib.sha1(f"{location}\n{fingerprint}".encode()).hexdigest()[:8]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, identity_hash
 from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, shown_protocol
 from bench.report.records import config_fault, metrics_fault
@@ -176,14 +176,14 @@ def data_name(metrics: dict) -> str:
     if prefix and location:
         dataset = prefix + Path(location).name
     if location or fingerprint:
-        identity = f"{location}\n{fingerprint}"
+        tag = identity_hash(location, fingerprint)
     elif dataset.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
-        identity = dataset
+        tag = hashlib.sha1(dataset.encode()).hexdigest()[:8]
     else:  # digits, glyphs: named in full by their name
         return safe_name(dataset)
     # Room for the longest file a table writes beside its name ("-tuned-folds-ranks.csv", ...).
     head = safe_name(dataset).rstrip("-") if prefix and location else safe_name(dataset)
-    return fitted_name(head, hashlib.sha1(identity.encode()).hexdigest()[:8], 180)
+    return fitted_name(head, tag, 180)
 
 
 def baseline_label(run: pd.Series) -> str:
