@@ -176,6 +176,19 @@ def test_a_ctrl_c_mid_trial_queues_that_trial_again_and_exits_130(tmp_path):
     assert len(ended) == 2
 
 
+def test_a_ctrl_c_before_the_first_trial_is_one_line_and_exit_130(tmp_path, monkeypatch):
+    # Before: while tune checked its trials' data, click's "Aborted!" and exit 1.
+    def interrupted(setup, names):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("bench.cli.tune"), "check_trials", interrupted)
+    result = cli(*contrastive_tune(tmp_path, 2, 1))
+    assert result.exit_code == 130
+    assert result.output.strip().splitlines() == [
+        "interrupted; nothing finished was lost: run the same command again"
+    ]
+
+
 def test_two_processes_share_one_study_without_duplicates(tmp_path, storage, monkeypatch):
     studies(tmp_path, "contrastive", 4, 1, storage)  # created before the workers race for it
     workers = [start_tune(tmp_path, 4, 1, "--storage", storage) for _ in range(2)]

@@ -19,10 +19,14 @@ import click
 from bench.cli.options import os_error_line
 from bench.util.progress import show_progress
 
+INTERRUPTED_ANYWHERE = "interrupted; nothing finished was lost: run the same command again"
+
 
 class OneLineErrors(click.Group):
     """A bad option value is one line, "Error: ...", without click's usage preamble; so is a
-    file operation that fails (a full disk, a read-only folder) in any command."""
+    file operation that fails (a full disk, a read-only folder) in any command; a Ctrl-C that
+    no command caught (e.g. while it loads its data) is one line and exit 130, not click's
+    "Aborted!" and exit 1."""
 
     def invoke(self, ctx: click.Context):
         try:
@@ -36,6 +40,9 @@ class OneLineErrors(click.Group):
             sys.exit(1)
         except OSError as err:
             raise click.ClickException(os_error_line(err)) from None
+        except KeyboardInterrupt:  # files are written atomically: nothing is half-written
+            click.echo(INTERRUPTED_ANYWHERE, err=True)
+            sys.exit(130)
 
 
 # name -> module:function
