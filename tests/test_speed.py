@@ -400,7 +400,7 @@ def test_a_device_or_thread_count_torch_refuses_is_one_line(args, says):
 
 
 def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):
-    from bench.cli.speed import run_wall_rows
+    from bench.cli.run_wall import run_wall_rows
     from bench.speed.run_wall import run_wall_row
 
     def invoke(args):  # two runs of 2 and 1 epochs, then a baseline without a history
@@ -416,8 +416,8 @@ def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):
     assert (row["runs"], row["epochs"], row["sum of epochs_s"]) == (2, 3, 1.0)
     assert row["wall / epochs"] == pytest.approx(row["wall_s"] / 1.0)
     assert (row["first epoch_s"], row["median epoch_s"]) == (0.5, 0.25)
-    real = run_wall_rows("--dataset glyphs:classes=12,instances=12 --dims 8 --epochs 2 "
-                         "--batch-size 16", "cpu")  # fmt: skip
+    options = "--dataset glyphs:classes=12,instances=12 --dims 8 --epochs 2 --batch-size 16"
+    real = run_wall_rows(options.split(), "cpu")
     assert real["runs"] == 1 and real["epochs"] == 2 and real["wall / epochs"] > 1
     parts = real["before_s"] + real["between_s"] + real["after_s"] + real["sum of epochs_s"]
     assert parts == pytest.approx(real["wall_s"]) and min(real["before_s"], real["after_s"]) > 0
@@ -456,12 +456,12 @@ def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from bench.cli import main
-    from bench.cli.speed import run_wall_rows
+    from bench.cli.run_wall import run_wall_rows
 
     monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "user-cache"))
     options = "--backbone small_cnn --pretrained none --resize 32 --crop 32 --dims 8 --epochs 2"
     options += " --batch-size 16"
-    row = run_wall_rows(options, "cpu", images=240)  # 6 classes of 40
+    row = run_wall_rows(options.split(), "cpu", images=240)  # 6 classes of 40
     assert row["runs"] == 1 and row["epochs"] == 2 and row["wall / epochs"] > 1
     spans = {p["when"]: 0.0 for p in row["phases"]}
     for p in row["phases"]:
@@ -475,3 +475,24 @@ def test_the_run_wall_row_writes_its_own_folder_of_jpegs(tmp_path, monkeypatch):
     ):
         out = CliRunner().invoke(main, ["speed", "--only", "start", *wrong])
         assert out.exit_code == 1 and "--run-wall" in out.output.splitlines()[-1], out.output
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ("--epochs 0", "--epochs"),
+        ("--no-such-option 1", "--no-such-option"),
+        ("--dataset glyphs --device cpu", "--device"),
+    ],
+)
+def test_wrong_run_wall_options_are_refused_before_any_row_runs(options, named, monkeypatch):
+    # Before: found by `run` itself, after every other row had taken its minutes.
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    ran = []
+    monkeypatch.setattr("bench.speed.report_runs.report_benchmark", lambda *a, **k: ran.append(1))
+    out = CliRunner().invoke(main, ["speed", "--only", "report", "--run-wall", options])
+    assert out.exit_code == 1 and not ran, out.output
+    assert named in out.output.splitlines()[-1] and "--run-wall" in out.output, out.output

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from bench.cli.options import NON_NEGATIVE
+from bench.cli.run_wall import RUN_WALL_PER_CLASS
 
 BENCHMARKS = (
     "nngk-step",
@@ -24,7 +25,6 @@ BENCHMARKS = (
     "start",
 )
 MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
-RUN_WALL_PER_CLASS = 40  # images a class of --run-wall-images' folder
 MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its items
 
 
@@ -159,13 +159,13 @@ def speed(
     import tempfile
 
     from bench.cli.options import parse_ints
+    from bench.cli.run_wall import run_wall_args, run_wall_rows
     from bench.cli.training import checked_device
     from bench.speed.loader import CACHED_BATCHES, batches_needed, batches_read
 
     checked_device(device)  # a one-line error for a device torch does not know, or lacks
     chosen = chosen_benchmarks(only)
-    if run_wall_images is not None and run_wall is None:
-        raise click.ClickException("--run-wall-images needs --run-wall 'RUN OPTIONS' to run")
+    wall_args = run_wall_args(run_wall, run_wall_images)
     step_plan, step_precisions = train_step_plan(train_step, precisions)
     sizes = parse_ints(eval_sizes, "--eval-sizes")
     scale = parse_ints(scale_sizes, "--scale-sizes")
@@ -233,8 +233,8 @@ def speed(
         runs[name]()
     if step_plan:
         train_step_rows(step_plan, step_precisions, train_steps, device, resize, crop, workers)
-    if run_wall is not None:
-        row = run_wall_rows(run_wall, device, run_wall_images)
+    if wall_args is not None:
+        row = run_wall_rows(wall_args, device, run_wall_images)
         phases = row.pop("phases")
         show("a run's wall time vs the sum of its epochs (seconds)", [row])
         if phases:
@@ -289,36 +289,6 @@ def train_step_rows(
             shutil.rmtree(tmp, ignore_errors=True)
         title = f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch}"
         show(f"{title}, {workers} loader workers)", rows)
-
-
-def run_wall_rows(options: str, device: str, images: int | None = None) -> dict:
-    """`run OPTIONS --device DEVICE` in this process, timed against its epochs; with `images`,
-    on a folder of that many synthetic JPEGs written first (not timed), its image cache empty."""
-    import shlex
-    import tempfile
-    from contextlib import nullcontext
-
-    from bench.cli import main
-    from bench.speed.run_wall import run_wall_row
-    from bench.speed.train_step import cache_in, folder_set
-
-    def invoke(args: list[str]) -> None:
-        main(["run", *args, "--device", device], standalone_mode=False)
-
-    args = shlex.split(options)
-    if images is not None and "--dataset" in args:
-        raise click.ClickException(
-            "--run-wall-images gives --run-wall its data set: leave --dataset out of --run-wall"
-        )
-    with tempfile.TemporaryDirectory(prefix="nngk-run-wall-") as tmp:
-        if images is not None:
-            root = folder_set(Path(tmp) / "data", images, images // RUN_WALL_PER_CLASS)
-            args += ["--dataset", f"folder:{root}"]
-        try:
-            with cache_in(Path(tmp) / "cache") if images is not None else nullcontext():
-                return run_wall_row(invoke, args, Path(tmp) / "results")
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
 
 
 def report_rows(count: int) -> list[dict]:
