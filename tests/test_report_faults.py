@@ -439,3 +439,28 @@ def test_a_run_with_a_metric_that_is_no_number_is_named_under_the_table(tmp_path
         "Left out, damaged: c1: metrics.json has map@r = "
         in (tmp_path / "rep" / "index.html").read_text()
     )
+
+
+def test_a_search_alone_is_reported_by_its_tuning_page(tmp_path):
+    # Before: `tune --no-retrain` then `report` said "no run folder in results" (exit 1).
+    study = "glyphs-contrastive-d8-t2-e1-f1-s0-hyperband"
+    setup = {"dataset": "glyphs", "dims": 8, "epochs": 1, "trials": 2, "folds": 1}
+    record = {"study": study, "loss": "contrastive", "best_value": 0.4147, "trials": 2}
+    record.update(best_params={"lr": 0.00025, "pos_margin": 0.29}, setup=setup)
+    atomic_write_json(tmp_path / "results" / "tune" / study / "best.json", record)
+    out = CliRunner().invoke(main, ["report", "--results", str(tmp_path / "results")])
+    assert out.exit_code == 0, out.output
+    page = (tmp_path / "results" / "report" / "tuning.md").read_text()
+    row = [cell.strip() for cell in page.splitlines()[-1].split("|")]
+    assert row[1:4] + row[6:8] == [
+        "contrastive",
+        "glyphs",
+        "8",
+        "41.47",
+        "lr=0.00025, pos_margin=0.29",
+    ]
+    assert "tuning.md" in (tmp_path / "results" / "report" / "README.md").read_text()
+    out = CliRunner().invoke(
+        main, ["report", "--results", str(tmp_path / "results"), "--reference", "nngk"]
+    )
+    assert out.exit_code == 1 and "no trained run" in out.output.splitlines()[-1], out.output

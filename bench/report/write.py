@@ -199,18 +199,22 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     .csv and -ablation.csv; README.md indexing them all, index.html showing them all.
     `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
     else each column's best. Where a part failed, the earlier report's files stay. A
-    ValueError, with nothing written or removed, where `results` holds no finished run."""
+    ValueError, with nothing written or removed, where `results` holds no finished run and
+    no finished study."""
     df, problems, left_out = read_runs(results)
-    if not len(df) or not table_names(df):
+    tuned = tuning_files(results)  # a `tune --no-retrain` alone: its studies, no table
+    tables = len(df) and table_names(df)
+    if not tables and not tuned:
         raise ValueError(no_runs_line(Path(results), problems, len(df)))
     check_reference(df, reference)
     out = Path(out)
-    log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
-    builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
-    groups, parts = build_groups(df, builders, problems, left_out)
+    groups, parts = {}, PartsLeftOut([], [])
+    if tables:
+        log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
+        builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
+        groups, parts = build_groups(df, builders, problems, left_out)
     problems += parts.unavailable + parts.failed
     failed = parts.failed
-    tuned = tuning_files(results)
     if tuned:
         groups[TUNING] = tuned
     files = {name: data for group in groups.values() for name, data in group.items()}
@@ -228,9 +232,13 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
 def check_reference(df: pd.DataFrame, reference: str | None) -> None:
     """A ValueError naming the trained rows, the nearest first, for a --reference that is
     none of them (it would otherwise be ignored and each column's best used)."""
-    names = sorted(set(df.loc[df["loss"] != BASELINE_LOSS, "name"]))
-    if reference is None or reference in names:
+    if reference is None:
         return
+    names = sorted(set(df.loc[df["loss"] != BASELINE_LOSS, "name"])) if len(df) else []
+    if reference in names:
+        return
+    if not names:
+        raise ValueError(f"--reference {reference!r}: these results hold no trained run")
     raise ValueError(
         f"--reference {reference!r} is no row of these runs{did_you_mean(reference, names)}; "
         f"the rows: {', '.join(names)}"
