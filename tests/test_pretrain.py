@@ -323,3 +323,32 @@ def test_weights_replaced_at_the_same_path_are_never_taken_as_trained(tmp_path, 
     records = [json.loads(p.read_text()) for p in (tmp_path / "r").glob("*/metrics.json")]
     recorded = [m["weights_sha256"] for m in records if "weights_sha256" in m]
     assert len(recorded) >= 2 and set(recorded) == {new}  # the run and its baseline
+
+
+@pytest.mark.parametrize(
+    "dataset, shared",
+    [
+        ("glyphs:first=1004,classes=8,instances=6,size=12", "glyphs 1000-1007, which share"),
+        ("glyphs:classes=1001,instances=2,size=12", "glyphs 1000-1007, which share"),
+        ("glyphs:first=1008,classes=8,instances=6,size=12", None),  # disjoint: trains
+        ("glyphs:first=1000,classes=8,instances=6,size=12,seed=1", None),  # other glyphs
+    ],
+)
+def test_a_run_on_the_glyphs_its_weights_were_pretrained_on_is_refused(
+    tmp_path, weights, monkeypatch, dataset, shared
+):
+    # Before: the run trained and its test classes were ones the weights had learned.
+    import bench.train.preflight as preflight
+
+    def reached(cfg):
+        raise ValueError("past the weights' check")
+
+    monkeypatch.setattr(preflight, "load_data", reached)
+    args = [*FINE_TUNE, "--dataset", dataset, "--pretrained", weights, "--results", tmp_path]
+    out = cli(*args)
+    if shared is None:  # past the check: on to the data, stopped there
+        assert "past the weights' check" in out.stderr, out.output
+        return
+    assert out.exit_code == 1 and shared in out.stderr.strip().splitlines()[-1], out.output
+    assert "nngk-bench pretrain --dataset glyphs:first=" in out.stderr
+    assert not list(tmp_path.iterdir())

@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from bench.data.datasets import DataSplits
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX
+from bench.data.glyphs import GlyphSpec
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, is_glyphs
 from bench.models.backbones import check_backbone_weights
 from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
-from bench.runs.config import RunConfig
+from bench.runs.config import NAMED_WEIGHTS, RunConfig, read_provenance
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
 from bench.train.recipes import check_recipe
@@ -44,6 +45,8 @@ def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
         (c.backbone, c.pretrained, c.crop) for c in configs
     ):
         check_backbone_weights(backbone, pretrained, crop)  # before an image cache is built
+    for pretrained, dataset in dict.fromkeys((c.pretrained, c.dataset) for c in configs):
+        check_weights_unseen(pretrained, dataset)
     loaded: dict[tuple, DataSplits] = {}
     for cfg in configs:
         key = tuple(getattr(cfg, name) for name in DATA_SETTINGS)
@@ -51,6 +54,30 @@ def check_runs(configs: list[RunConfig], world: int = 1) -> DataSplits:
             loaded[key] = load_data(cfg)
         check_run(cfg, loaded[key], world)
     return loaded[tuple(getattr(configs[0], name) for name in DATA_SETTINGS)]
+
+
+def check_weights_unseen(pretrained: str, dataset: str) -> None:
+    """A one-line ValueError where weights `nngk-bench pretrain` wrote were pretrained on glyphs
+    classes of the very glyphs set a run trains and tests on: its test classes would not be
+    unseen, and its rows would beat the others' by what the weights had already learned."""
+    if not is_glyphs(dataset) or pretrained in NAMED_WEIGHTS:
+        return
+    record = read_provenance(pretrained)
+    try:
+        first, last = (int(i) for i in record["classes"])
+        seed = int(record.get("glyphs_seed", 0))
+    except (KeyError, TypeError, ValueError):  # no provenance, or not of glyphs
+        return
+    spec = GlyphSpec.parse(dataset)
+    own = spec.class_indices()
+    if seed != spec.seed or last < own.start or own.stop <= first:
+        return
+    raise ValueError(
+        f"--pretrained {pretrained} was pretrained on glyphs {first}-{last}, which share "
+        f"classes with {dataset} ({own.start}-{own.stop - 1}): its test classes would not be "
+        f"unseen; pretrain on other classes (nngk-bench pretrain --dataset "
+        f"glyphs:first={own.stop},classes={last - first + 1})"
+    )
 
 
 def check_results_outside_data(configs: list[RunConfig], results: Path) -> None:
