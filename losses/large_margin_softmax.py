@@ -32,4 +32,15 @@ class LargeMarginSoftmaxLoss(PMLLoss):
     family = "classification"
 
     def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
+        check_angle_multiple(margin)
         super().__init__(PMLLargeMarginSoftmaxLoss(num_classes, dims, margin=margin, scale=scale))
+
+
+def check_angle_multiple(margin: float) -> None:
+    """A ValueError for a margin that is no whole multiple of the angle: PML rounds m down to
+    a whole number for cos(m theta)'s expansion (2.5 trains as 2, while the run records 2.5),
+    and divides by it (0.5 fails at the first step)."""
+    if margin != int(margin) or margin < 1:
+        raise ValueError(
+            f"margin is a whole multiple of the angle, 1 or more (e.g. 4); got {margin}"
+        )

@@ -1,7 +1,7 @@
 from pytorch_metric_learning.losses import SphereFaceLoss as PMLSphereFaceLoss
 
 from losses.base import PMLLoss
-from losses.large_margin_softmax import MARGIN_SPACE, SCALE_SPACE
+from losses.large_margin_softmax import MARGIN_SPACE, SCALE_SPACE, check_angle_multiple
 from losses.registry import register_loss
 
 
@@ -29,4 +29,5 @@ class SphereFaceLoss(PMLLoss):
     family = "classification"
 
     def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
+        check_angle_multiple(margin)
         super().__init__(PMLSphereFaceLoss(num_classes, dims, margin=margin, scale=scale))

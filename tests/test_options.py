@@ -148,6 +148,8 @@ def test_an_option_not_given_leaves_the_setting_to_the_preset(planned):
         ("learn_weights", "1", True, True),
         ("learn_weights", "TRUE", True, True),
         ("index", "exact", "auto", "exact"),
+        ("triplets_per_anchor", "5", "all", 5),  # a text default takes a number (PML's)
+        ("triplets_per_anchor", "all", "all", "all"),
     ],
 )
 def test_a_loss_parameter_is_read_as_its_defaults_type(name, text, default, value):
@@ -166,6 +168,15 @@ def test_a_loss_parameter_is_read_as_its_defaults_type(name, text, default, valu
 def test_a_loss_parameter_of_the_wrong_type_is_refused(text, default, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         parsed("p", text, default)
+
+
+def test_a_pml_losss_whole_number_default_takes_a_fraction_and_keeps_a_whole_number():
+    # Before: pml:ContrastiveLoss neg_margin=0.5 was refused (its default is 1), with no way
+    # to give it; a whole number stays an int, so the run ids of whole numbers are unchanged.
+    assert parsed("neg_margin", "0.5", 1, loose=True) == 0.5
+    assert type(parsed("neg_margin", "2", 1, loose=True)) is int
+    with pytest.raises(ValueError, match="expected an integer"):
+        parsed("margin", "2.5", 4)  # our own losses' integers stay integers
 
 
 def test_loss_param_pairs():
@@ -205,6 +216,11 @@ def test_loss_param_and_its_short_spellings_give_the_same_run(planned):
         ("--loss nngk --loss-param k=many", "bad --loss-param k=many; expected an integer"),
         ("--loss triplet --loss-param miner=hardest", "unknown miner 'hardest'; expected one of"),
         ("--loss nngk --loss-param sigma=0", "NNGK needs sigma > 0"),
+        # Before: accepted by --loss-param, refused by --margin (every step's loss 0).
+        ("--loss triplet --loss-param margin=-1", "bad --loss-param margin=-1: -1.0 is not in"),
+        # Before: PML rounded 2.5 down to 2 and the run recorded 2.5; 0.5 failed mid-step.
+        ("--loss sphereface --margin 2.5", "margin is a whole multiple of the angle"),
+        ("--loss large-margin-softmax --loss-param margin=0", "a whole multiple of the angle"),
         ("--loss nngk --loss-param index=annoy", "NNGK index is one of"),
         ("--loss nngk --loss-param sigma", "bad --loss-param 'sigma'; expected NAME=VALUE"),
         (

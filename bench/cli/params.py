@@ -67,6 +67,25 @@ ALIAS_OPTIONS = (
 )  # fmt: skip
 
 
+# The parameters whose short spelling bounds them, and the bounds, for --loss-param too.
+RANGES = {
+    "sigma": POSITIVE_FLOAT,
+    "k": POSITIVE,
+    "update_interval": POSITIVE,
+    "nprobe": POSITIVE,
+    "margin": NON_NEGATIVE,
+}
+
+
+def check_range(name: str, text: str, kind: click.ParamType) -> None:
+    """A ValueError where --loss-param NAME=TEXT lies outside the bounds its short spelling
+    (--NAME) has: the two spellings of one parameter accept the same values."""
+    try:
+        kind.convert(text, None, None)
+    except click.BadParameter as err:
+        raise ValueError(f"bad --loss-param {name}={text}: {err.message}") from None
+
+
 def loss_param_options(command: Callable) -> Callable:
     """--loss-param and its short spellings."""
     short = loss_param_option(
@@ -103,10 +122,14 @@ def name_values(pairs: tuple[str, ...]) -> dict[str, str]:
     return found
 
 
-def parsed(name: str, text: str, default: Any) -> Any:
-    """`text` as the type of the parameter's default; a ValueError naming what it expects."""
-    if default is None:  # no type to read it as (PML's parameters without a default, a miner)
+def parsed(name: str, text: str, default: Any, loose: bool = False) -> Any:
+    """`text` as the type of the parameter's default; a ValueError naming what it expects.
+    A text default (PML's triplets_per_anchor='all') takes a number too; `loose` (PML's
+    signatures, whose whole-number defaults are often margins): an int default a fraction."""
+    if default is None or isinstance(default, str):  # no type to read it as, or a text's
         return number_or_text(text)
+    if loose and isinstance(default, int) and not isinstance(default, bool):
+        default = 0 if text.strip().lstrip("+-").isdigit() else 0.0  # '2' stays 2 (its run id)
     try:
         if isinstance(default, bool):
             return {"true": True, "1": True, "false": False, "0": False}[text.lower()]
@@ -158,7 +181,8 @@ def loss_params(loss: str, pairs: dict[str, str], aliases: dict[str, Any] | None
             raise ValueError(
                 f"loss {loss!r} does not take {spelled(name, aliases)}; it takes: {takes(defaults)}"
             )
-    params = {name: parsed(name, text, defaults[name]) for name, text in pairs.items()}
+    loose = loss.startswith("pml:")
+    params = {name: parsed(name, text, defaults[name], loose) for name, text in pairs.items()}
     for name, value in aliases.items():
         if params.get(name, value) != value:
             raise ValueError(
@@ -166,7 +190,10 @@ def loss_params(loss: str, pairs: dict[str, str], aliases: dict[str, Any] | None
                 "disagree; give one of them"
             )
         params[name] = value
-    check_built(loss, params)
+    check_built(loss, params)  # its own checks first: they say more (NNGK needs sigma > 0)
+    for name in pairs.keys() & RANGES.keys():  # the bounds its short spelling has
+        if isinstance(params[name], (int, float)) and not isinstance(params[name], bool):
+            check_range(name, pairs[name], RANGES[name])
     return params
 
 
