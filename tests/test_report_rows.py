@@ -67,3 +67,22 @@ def test_what_does_not_change_a_run_keeps_it_in_its_row(tmp_path, same):
     contrastive(r, "b", 0.7, seed=1, **same)
     df, _ = load_runs(r)
     assert set(df["name"]) == {"contrastive"}
+
+
+def test_a_rows_examples_a_class_are_those_its_batches_drew(tmp_path):
+    # Before: softmax's random batches read "7 a class in a batch" beside "16 a class", and
+    # npair, whose 2 a class was raised to 4 for want of classes, read "2 a class".
+    from bench.report.runs import load_runs
+    from tests.test_report_tables import make_run
+
+    r = tmp_path / "results"
+    for seed, m in ((0, 7), (1, 16)):
+        make_run(r, f"softmax-{seed}", loss="softmax", seed=seed, m_per_class=m, sampler="random")
+    for seed, m in ((0, 2), (1, 4)):
+        make_run(r, f"npair-{seed}", loss="npair", seed=seed, m_per_class=m,
+                 sampler="16 classes x 4")  # fmt: skip
+    make_run(r, "old", loss="npair", seed=2, m_per_class=4)  # recorded no sampler: as set
+    df, _ = load_runs(r)
+    names = dict(zip(df["run"], df["name"], strict=True))
+    assert names["softmax-0"] == names["softmax-1"] == "softmax"
+    assert names["npair-0"] == names["npair-1"] == names["old"] == "npair"

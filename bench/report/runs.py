@@ -84,11 +84,23 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
         "warnings": "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings),
         **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
         "weights": str(weights),
+        "m_per_class": drawn_per_class(metrics.get("sampler"), config, metrics),
         **{f"param_{k}": _scalar(v) for k, v in sorted(params.items()) if k != "miner"},
         "init_map@r": init.get("map@r"),
         "run": run_dir.name,
         "path": str(run_dir),
     }
+
+
+def drawn_per_class(sampler: object, config: dict, metrics: dict) -> object:
+    """Examples of a class in a batch as the run drew them (its recorded sampler, '16 classes
+    x 4'; NaN for 'random' batches, where --m-per-class played no part), else as set: a loss's
+    own or a raised m reads as what trained, not as the setting."""
+    if sampler == "random":
+        return float("nan")
+    if isinstance(sampler, str) and sampler.partition(" x ")[2].isdigit():
+        return int(sampler.partition(" x ")[2])
+    return _scalar(metrics.get("m_per_class", config.get("m_per_class", DEFAULTS.m_per_class)))
 
 
 def load_runs(results: Path) -> tuple[pd.DataFrame, list[str]]:
@@ -230,7 +242,9 @@ def setting_text(column: str, value: object) -> str:
         "batch_size": lambda v: f"batch {format_value(v)}",
         "epochs": lambda v: f"{format_value(v)} epochs",
         "data_fingerprint": lambda v: f"data {v[:8]}" if v else "built-in data",
-        "m_per_class": lambda v: f"{format_value(v)} a class in a batch",
+        "m_per_class": lambda v: (
+            "random batches" if pd.isna(v) else f"{format_value(v)} a class in a batch"
+        ),
         "memory": lambda v: f"memory {format_value(v)}" if v else "no memory",
         "momentum": lambda v: f"momentum {format_value(v)}",
         "weight_decay": lambda v: f"weight decay {format_value(v)}",
