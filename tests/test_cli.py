@@ -116,11 +116,46 @@ def test_a_forced_rerun_that_fails_keeps_the_finished_run(tmp_path, monkeypatch)
     assert (staged / "checkpoint.pt").is_file()  # the rerun so far, to resume
     df, problems = load_runs(tmp_path)
     assert problems == [] and df["run"].tolist().count(run_dir.name) == 1  # the old one, whole
+    (staged / ".checkpoint.pt.x1y2.tmp").write_bytes(b"a write killed part-way")
+    out = cli(*args)  # without --force: skipped, saying the rerun waits in its folder
+    assert f"its --force rerun stopped part-way in {staged}" in out.output
+    assert not (staged / ".checkpoint.pt.x1y2.tmp").exists()
     monkeypatch.undo()
     assert cli(*args, "--force").exit_code == 0  # resumes the rerun, then swaps it in
     assert sorted(p.name for p in tmp_path.iterdir() if "softmax" in p.name) == [run_dir.name]
     config = json.loads((run_dir / "config.json").read_text())
     assert config["run_id"] == run_dir.name and (run_dir / "metrics.json").is_file()
+
+
+def test_a_second_process_on_the_same_run_waits_for_the_first(tmp_path):
+    # Before: two `run --force` at once both trained it, and one removed what the other wrote:
+    # the finished run lost its config.json and history, and both exited 0.
+    import threading
+
+    from bench.cli.training import train_one
+    from bench.runs import store
+
+    run_dir, trained = tmp_path / "r", []
+
+    class Trainer:
+        def __init__(self, cfg, target, device):
+            self.target = target
+
+        def fit(self):
+            trained.append(self.target)
+            self.target.mkdir(parents=True, exist_ok=True)
+            (self.target / "metrics.json").write_text('{"map@r": 0.5}')
+            return {"map@r": 0.5}
+
+    cfg = type("Config", (), {"pretrained": "none"})()
+    second = threading.Thread(target=train_one, args=(cfg, run_dir, False, "cpu", Trainer))
+    with store.run_lock(run_dir, say=lambda line: None):  # the first process, training
+        second.start()
+        second.join(timeout=1.0)
+        assert second.is_alive() and trained == []  # waiting
+        Trainer(None, run_dir, "cpu").fit()  # the first one's run, finished
+    second.join(timeout=10)
+    assert not second.is_alive() and trained == [run_dir]  # then found it finished: skipped
 
 
 def test_a_run_rerun_from_its_config_is_the_same_run_with_the_same_metrics(nngk_run, tmp_path):

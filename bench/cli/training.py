@@ -192,7 +192,14 @@ def summary_line(metrics: dict) -> str:
 def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     """Train a run, skip it when finished, or with --force retrain it beside the finished one,
     which is replaced only when the rerun has finished (a failed rerun loses nothing; the
-    same command resumes it). Whether the run diverged."""
+    same command resumes it); another process at it first is waited for. Whether the run
+    diverged."""
+    with store.run_lock(run_dir, say=log.info):
+        store.remove_stale_temporaries(run_dir)
+        return train_locked(cfg, run_dir, force, device, trainer_cls)
+
+
+def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
@@ -202,6 +209,8 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
             raise ValueError(f"{run_dir.name}: finished, but {changed}")
         diverged = metrics.get("diverged")
         note = f"; it diverged at {diverged}" if diverged else ""
+        if store.staging_folder(run_dir).is_dir():  # a --force rerun, killed part-way
+            note += f"; its --force rerun stopped part-way in {store.staging_folder(run_dir)}"
         click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")
         return False
     if force and not finished and run_dir.exists():

@@ -6,12 +6,14 @@ killed run never looks finished.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -222,3 +224,29 @@ def recover_run(run_dir: Path) -> None:
     old = Path(run_dir).parent / f".{Path(run_dir).name}.old"
     if not Path(run_dir).exists() and is_finished(old):
         os.replace(old, run_dir)
+
+
+@contextmanager
+def run_lock(run_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+    """Held while this process trains, or replaces, the run: the same command started twice on
+    one results folder waits here (said once through `say`), then finds the run finished,
+    instead of training it twice or removing what the other is writing (two --force)."""
+    lock = Path(run_dir).parent / ".locks" / f"{Path(run_dir).name}.lock"  # hidden: no run
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as file:  # the lock ends with the file, even if this process is killed
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"{run_dir}: another process is training it; waiting for it to end")
+            fcntl.flock(file, fcntl.LOCK_EX)
+        yield
+
+
+def remove_stale_temporaries(run_dir: Path) -> None:
+    """The temporary files of atomic writes whose process was killed (.NAME.XXXX.tmp, as big
+    as a checkpoint), in the run and its staging folder; under the run's lock, no other
+    process is writing them."""
+    for folder in (Path(run_dir), staging_folder(run_dir)):
+        if folder.is_dir():
+            for tmp in folder.glob(".*.tmp"):
+                tmp.unlink(missing_ok=True)
