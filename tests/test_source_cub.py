@@ -121,3 +121,22 @@ def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(tmp_pa
         read_cub(root)
     assert_one_line_error(excinfo, "root/CUB_200_2011/ with images.txt", f"data root {root};")
     assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in str(excinfo.value)
+
+
+def test_an_image_listed_twice_is_refused_naming_it(tmp_path):
+    # Before: a second id for a test image was read as one more test image, which found its
+    # copy as its nearest neighbour (R@1 from 0 to 1 on a fixture).
+    base = make_cub(tmp_path) / "CUB_200_2011"
+    first = (base / "images.txt").read_text().splitlines()[-1].split()[1]
+    for name, line in [
+        ("images.txt", f"999 {first}"),
+        ("image_class_labels.txt", "999 6"),
+        ("train_test_split.txt", "999 0"),
+        ("bounding_boxes.txt", "999 1.0 1.0 10.0 10.0"),
+    ]:
+        with open(base / name, "a") as file:
+            file.write(line + "\n")
+    with pytest.raises(
+        DatasetError, match=r"Species_.*\.jpg is listed 2 times .*list each image once"
+    ):
+        read_cub(tmp_path)
