@@ -248,7 +248,9 @@ def test_metric_protocol_runs_end_to_end_on_a_miniature(cars, loss, tmp_path, mo
     )
     assert out.exit_code == 0, out.output
     runs = {
-        p.name.split("-")[1]: p for p in (tmp_path / "r").iterdir() if "untrained" not in p.name
+        p.name.split("-")[1]: p
+        for p in (tmp_path / "r").iterdir()
+        if "untrained" not in p.name and not p.name.startswith(".")  # .locks: no run
     }
     metrics = json.loads((runs[loss] / "metrics.json").read_text())
     assert metrics["dataset"] == "cars196" and metrics["dims"] == 8

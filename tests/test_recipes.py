@@ -238,8 +238,11 @@ def test_suite_and_tune_take_the_recipe_options_as_run_does(monkeypatch, tmp_pat
     options = ["--freeze-bn", "--pooling", "max", "--warmup-epochs", "1", "--schedule"]
     options += ["step:2:0.5", "--embedding-lr", "2", "--crop-scale", "0.16,1"]
     options += ["--crop-mode", "aspect", "--losses", "contrastive,nngk"]
-    out = cli("suite", "--dataset", "digits", "--dims", "8", "--seed", "0", *options,
-              "--results", tmp_path)  # fmt: skip
+    images = tmp_path / "images"  # image options: a data set of images
+    for c in range(2):
+        (images / f"class{c}").mkdir(parents=True)
+    out = cli("suite", "--dataset", f"folder:{images}", "--dims", "8", "--seed", "0", *options,
+              "--results", tmp_path / "results")  # fmt: skip
     assert out.exit_code == 0, out.output
     given = {"freeze_bn": True, "pooling": "max", "warmup_epochs": 1, "schedule": "step:2:0.5"}
     given |= {"embedding_lr": 2.0, "crop_scale": "0.16,1"}

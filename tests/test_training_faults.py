@@ -235,9 +235,12 @@ def test_suite_refuses_a_crop_larger_than_its_image_in_one_line_as_run_does(tmp_
 def test_every_command_that_builds_configs_checks_the_crop():
     with pytest.raises(ValueError, match="--crop 300 exceeds"):
         make_configs("cub", "nngk", None, {}, crop=300)
-    # The built-in sets are neither resized nor cropped: the options do not apply to them.
-    (cfg,) = make_configs("digits", "nngk", (8,), {}, resize=16)
-    assert cfg.resize == 16
+    # The built-in sets are neither resized nor cropped: an image option given for them is
+    # refused (it named another run id for the same training, R@1 to the last digit).
+    for option in ("resize", "crop", "pad", "crop_mode", "crop_scale"):
+        with pytest.raises(ValueError, match="inputs are used as they are"):
+            make_configs("digits", "nngk", (8,), {}, **{option: 16})
+    (cfg,) = make_configs("digits", "nngk", (8,), {})  # the preset's values, not given: fine
 
 
 def test_features_refuses_a_crop_larger_than_its_image(tmp_path):
@@ -414,3 +417,19 @@ def test_features_of_other_settings_get_a_file_of_their_own(tmp_path, monkeypatc
     assert extracted == [0, 1]  # the third: the second's file, skipped
     names = sorted(p.name for p in (tmp_path / "results" / "features").iterdir())
     assert names == ["digits-metric-small_cnn-none-seed-1.npz", "digits-metric-small_cnn-none.npz"]
+
+
+@pytest.mark.parametrize(
+    "given, message",
+    [
+        # Before: each named a run id of its own for the very same training.
+        ({"optimizer": "adam", "momentum": 0.5}, "--momentum applies to sgd and rmsprop, not adam"),
+        ({"val_split": "classes:1/4", "val_fraction": 0.0}, "holds out a fold of the classes"),
+        ({"schedule": "step:5:0.1", "epochs": 5}, "a step after epoch 5 never comes in a run of 5"),
+    ],
+)
+def test_a_setting_given_that_would_change_nothing_is_refused(given, message):
+    with pytest.raises(ValueError, match=message):
+        make_configs("digits", "contrastive", (8,), {}, **given)
+    (cfg,) = make_configs("digits", "contrastive", (8,), {}, schedule="step:4:0.1", epochs=5)
+    assert cfg.schedule == "step:4:0.1"  # a step before the last epoch: taken

@@ -9,6 +9,7 @@ from bench.data.names import FEATURES_PREFIX, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset
+from bench.train.choices import parse_schedule
 from bench.train.preset_base import (
     LARGE_RETRIEVAL,
     SMALL_NETWORK_NNGK,
@@ -291,6 +292,39 @@ def check_crop(cfg: RunConfig, given: dict[str, Any]) -> None:
     )
 
 
+IMAGE_OPTIONS = ("resize", "crop", "pad", "crop_mode", "crop_scale")
+
+
+def check_given(cfg: RunConfig, given: dict[str, Any]) -> None:
+    """A one-line ValueError for an option given that would change the run's id but not what it
+    trains: image options on data used as it is, momentum for Adam, --val-fraction beside a
+    class fold, a step of the schedule at or after the last epoch."""
+    unused = [name for name in IMAGE_OPTIONS if name in given]
+    if cfg.backbone.startswith("timm:") or cfg.backbone == "bninception":
+        unused = []  # their sizes come from the model (its crop the size it is built for)
+    if unused and not uses_images(cfg.dataset):
+        raise ValueError(
+            f"--{unused[0].replace('_', '-')}: {cfg.dataset}'s inputs are used as they are, never "
+            "resized or cropped; leave the image options out"
+        )
+    if "momentum" in given and cfg.optimizer not in ("sgd", "rmsprop"):
+        raise ValueError(
+            f"--momentum applies to sgd and rmsprop, not {cfg.optimizer}; leave it out"
+        )
+    if "val_fraction" in given and cfg.val_split.startswith("classes:"):
+        raise ValueError(
+            f"--val-fraction: --val-split {cfg.val_split} holds out a fold of the classes, "
+            "whatever the fraction; leave one of them out"
+        )
+    if "schedule" in given and cfg.schedule.startswith("step:"):
+        last = max(parse_schedule(cfg.schedule)[1])
+        if last >= cfg.epochs:
+            raise ValueError(
+                f"--schedule {cfg.schedule}: a step after epoch {last} never comes in a run of "
+                f"{cfg.epochs} epochs; give steps before the last epoch, or more --epochs"
+            )
+
+
 def make_configs(
     dataset: str,
     loss: str,
@@ -312,6 +346,7 @@ def make_configs(
     given = {k: v for k, v in overrides.items() if v is not None}
     base = replace(base, **given)
     check_crop(base, given)
+    check_given(base, given)
     if base.pretrained == "none" and chosen.config.get("pretrained", "none") != "none":
         base = replace(base, **{k: v for k, v in FROM_SCRATCH.items() if k not in given})
     if not dims and base.embedding == "gap":
