@@ -433,3 +433,18 @@ def test_a_setting_given_that_would_change_nothing_is_refused(given, message):
         make_configs("digits", "contrastive", (8,), {}, **given)
     (cfg,) = make_configs("digits", "contrastive", (8,), {}, schedule="step:4:0.1", epochs=5)
     assert cfg.schedule == "step:4:0.1"  # a step before the last epoch: taken
+
+
+def test_a_loss_on_the_unit_sphere_at_one_dimension_is_refused(tmp_path):
+    # Before: --dims 1 contrastive trained nothing (loss 2.5 at every step), scored chance, exit 0.
+    args = ["--dataset", "digits", "--dims", "1", "--results", tmp_path]
+    out = cli("run", "--loss", "contrastive", *args)
+    assert out.exit_code == 1 and "--dims 1: contrastive's embeddings lie on the unit" in out.output
+    assert not tmp_path.exists() or not any(p.name.startswith("digits") for p in tmp_path.iterdir())
+
+
+def test_a_gap_embedding_of_another_size_says_which_dims_it_has():
+    from bench.models.backbones import check_embedding
+
+    with pytest.raises(ValueError, match="64 dims .*; got dims=8: give --dims 64, or --embedding"):
+        check_embedding("small_cnn", "gap", 8)

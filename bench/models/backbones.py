@@ -90,7 +90,7 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
         if dims is not None and dims != own:
             raise ValueError(
                 f"the backbone embedding of {backbone} has {own} dims (its own output); got "
-                f"dims={dims}"
+                f"dims={dims}: give --dims {own}, or --embedding fc for {dims}"
             )
         return
     if backbone not in GAP_DIMS:
@@ -101,7 +101,8 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
     if dims is not None and dims != GAP_DIMS[backbone]:
         raise ValueError(
             f"the GAP embedding of {backbone} has {GAP_DIMS[backbone]} dims (the channels of its "
-            f"last feature map); got dims={dims}"
+            f"last feature map); got dims={dims}: give --dims {GAP_DIMS[backbone]}, or "
+            f"--embedding fc for {dims}"
         )
 
 

@@ -19,7 +19,7 @@ from bench.runs.config import NAMED_WEIGHTS, RunConfig, read_provenance
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
 from bench.train.recipes import check_recipe
-from losses import get_loss_class
+from losses import get_loss_class, is_loss
 from losses.registry import check_memory_taken
 
 # The settings a run's splits depend on: runs that share them share their data.
@@ -112,6 +112,17 @@ def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
     check_batches(cfg, data)
     check_memory(cfg)
     check_recipe(cfg)
+    check_sphere(cfg)
+
+
+def check_sphere(cfg: RunConfig) -> None:
+    """A one-line ValueError for a loss on the unit sphere at one dimension: its embeddings are
+    +1 or -1, the loss cannot move, and the run scored chance with exit 0."""
+    if cfg.dims < 2 and is_loss(cfg.loss) and get_loss_class(cfg.loss).normalize_embeddings:
+        raise ValueError(
+            f"--dims {cfg.dims}: {cfg.loss}'s embeddings lie on the unit sphere, which in one "
+            "dimension holds two points (+1 and -1); give --dims 2 or more"
+        )
 
 
 def check_input_kind(cfg: RunConfig) -> None:
