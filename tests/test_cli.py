@@ -1,6 +1,7 @@
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,9 +143,10 @@ def test_a_second_process_on_the_same_run_waits_for_the_first(tmp_path):
             self.target = target
 
         def fit(self):
+            from tests.test_report_tables import make_run
+
             trained.append(self.target)
-            self.target.mkdir(parents=True, exist_ok=True)
-            (self.target / "metrics.json").write_text('{"map@r": 0.5}')
+            make_run(self.target.parent, self.target.name, loss="nngk")  # a whole record
             return {"map@r": 0.5}
 
     cfg = type("Config", (), {"pretrained": "none"})()
@@ -156,6 +158,34 @@ def test_a_second_process_on_the_same_run_waits_for_the_first(tmp_path):
         Trainer(None, run_dir, "cpu").fit()  # the first one's run, finished
     second.join(timeout=10)
     assert not second.is_alive() and trained == [run_dir]  # then found it finished: skipped
+
+
+def as_text(path: Path, key: str) -> None:
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, key: str(record[key])}))
+
+
+@pytest.mark.parametrize(
+    "damage, fault",
+    [
+        (lambda r: (r / "config.json").unlink(), "it has no config.json"),
+        (lambda r: (r / "test_embeddings.npz").write_bytes(b"PK"), "test_embeddings.npz is dam"),
+        (lambda r: (r / "metrics.json").write_text("[]"), "metrics.json is not a JSON object"),
+        (lambda r: as_text(r / "metrics.json", "map@r"), "its metrics.json has map@r = '0."),
+    ],
+)
+def test_a_damaged_finished_run_is_not_skipped_as_finished(nngk_run, tmp_path, damage, fault):
+    # Before: `run` skipped it as finished while `report` left it out, saying to run the same
+    # command again, which skipped it again.
+    results, run_dir = nngk_run
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    damage(copy / run_dir.name)
+    out = CliRunner().invoke(main, ["run", "--loss", "nngk", *FAST, "--results", str(copy)])
+    assert out.exit_code == 1, out.output
+    line = out.output.strip().splitlines()[-1]
+    assert f"{run_dir.name}: finished, but" in line and fault in line, line
+    assert "--force retrains it" in line
 
 
 def test_a_run_rerun_from_its_config_is_the_same_run_with_the_same_metrics(nngk_run, tmp_path):

@@ -203,7 +203,7 @@ def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
-        metrics = store.read_metrics(run_dir)
+        metrics = finished_record(run_dir)
         changed = changed_weights(metrics, cfg.pretrained)
         if changed:
             raise ValueError(f"{run_dir.name}: finished, but {changed}")
@@ -221,3 +221,28 @@ def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
         store.replace_run(target, run_dir)
     click.echo(f"{run_dir}: {summary_line(metrics)}")
     return "diverged" in metrics
+
+
+def finished_record(run_dir: Path) -> dict:
+    """A finished run's metrics, once its record is whole as the report reads it; else a
+    one-line ValueError saying how to retrain it (it was skipped as finished, while `report`
+    left it out and said to run the same command again, which skipped it again)."""
+    import zipfile
+
+    from bench.report.records import config_fault, metrics_fault
+
+    try:
+        metrics = store.read_metrics(run_dir)
+        fault = f"its {store.METRICS} {metrics_fault(metrics)}" if metrics_fault(metrics) else ""
+    except ValueError as err:
+        metrics, fault = {}, first_line(err).removeprefix(f"{run_dir}: ")
+    fault = fault or (f"it {config_fault(run_dir)}" if config_fault(run_dir) else "")
+    embeddings = Path(run_dir) / store.EMBEDDINGS
+    if not fault and embeddings.exists() and not zipfile.is_zipfile(embeddings):
+        fault = f"its {store.EMBEDDINGS} is damaged (not a whole .npz)"
+    if fault:
+        raise ValueError(
+            f"{run_dir.name}: finished, but {fault}; --force retrains it (with only this run's "
+            "--loss, --dims and --seed, the other runs stay as they are)"
+        )
+    return metrics
