@@ -180,3 +180,16 @@ def test_update_into_a_folder_names_the_folder(tmp_path):
     assert out.exit_code == 1 and out.output.strip() == (
         f"Error: --baseline {tmp_path} is a folder; give the path of a CSV file"
     )
+
+
+def test_update_refuses_results_with_a_damaged_or_unfinished_run(tmp_path):
+    # Before: "baseline.csv: 6 values from results", exit 0, the damaged run's row left out.
+    results = make_results(tmp_path)
+    baseline = tmp_path / "baseline.csv"
+    baseline.write_text("kept\n")
+    metrics = json.loads((results / "a1" / "metrics.json").read_text())
+    atomic_write_json(results / "a1" / "metrics.json", {**metrics, "map@r": "0.8"})
+    out = check("--baseline", baseline, "--results", results, "--update")
+    assert out.exit_code == 1 and "1 folder(s) of" in out.output, out.output
+    assert "a1: metrics.json has map@r = '0.8'" in out.output and "left as it is" in out.output
+    assert baseline.read_text() == "kept\n"

@@ -51,15 +51,21 @@ def row_name(table: str, method: str, dims: object, metric: str) -> str:
 
 def write_baseline(results: Path, path: Path) -> pd.DataFrame:
     """The baseline from the runs; a ValueError, leaving `path` as it is, where there are no
-    runs or a row's runs have no value of a metric (a row that could never be checked)."""
+    runs, a run folder is unfinished or damaged, or a row's runs have no value of a metric (a
+    row that could never be checked)."""
     if Path(path).is_dir():
         raise ValueError(f"--baseline {path} is a folder; give the path of a CSV file")
     try:
-        long, _ = long_values(results)
+        long, skipped = long_values(results)
     except ValueError as err:
         raise ValueError(f"{err}; {path} is left as it is") from None
     if not len(long):
         raise ValueError(f"no finished runs in {results}; {path} is left as it is")
+    if skipped:  # a baseline without them would check their rows with fewer seeds, or never
+        raise ValueError(
+            f"{len(skipped)} folder(s) of {results} are unfinished or damaged, e.g. "
+            f"{skipped[0]}; finish, retrain (--force) or remove them; {path} is left as it is"
+        )
     empty = long.groupby([*KEYS, "metric"])["value"].apply(lambda v: v.isna().all())
     if empty.any():
         names = [row_name(*key) for key in empty[empty].index]
