@@ -479,3 +479,14 @@ def test_a_device_torch_does_not_know_or_cannot_use_is_a_one_line_error(tmp_path
         cuda = cli("run", "--device", "cuda", "--results", tmp_path)
         assert cuda.exit_code == 1 and "CUDA is not available on this machine" in cuda.output
     assert not any(tmp_path.iterdir())
+
+
+def test_a_run_records_each_splits_images_and_classes(nngk_run):
+    # What a folder's left-out files or merged classes would change, seen after the run.
+    _, run_dir = nngk_run
+    counts = json.loads((run_dir / "metrics.json").read_text())["split_counts"]
+    test = np.load(run_dir / "test_embeddings.npz")["labels"]
+    assert counts["test"] == {"images": len(test), "classes": 5}  # digits 5-9
+    train = np.load(run_dir / "train_embeddings.npz")["labels"]
+    assert counts["train"]["classes"] == 5 and counts["val"]["classes"] == 5  # 0-4, images apart
+    assert counts["train"]["images"] + counts["val"]["images"] >= len(train)

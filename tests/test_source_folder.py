@@ -47,6 +47,24 @@ def test_class_folder_without_images_is_skipped(tmp_path: Path) -> None:
     assert sorted(set(df.class_name)) == sorted(class_names(2)) and set(df.label) == {0, 1}
 
 
+def test_images_left_out_by_their_suffix_and_empty_classes_are_said_once(tmp_path, caplog):
+    # Before: a .jfif (an image Pillow reads) and a class of .jpe files were left out silently.
+    root = make_folder(tmp_path, classes=2, per_class=1)
+    first = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))[0]
+    shutil.copy(next(first.glob("*.*")), first / "web.jfif")
+    (root / "zz_class").mkdir()
+    (root / "zz_class" / "a.jpe").write_bytes(b"")
+    (root / "zz_class" / "notes.txt").write_text("not an image: never named\n")
+    with caplog.at_level("WARNING", logger="nngk-bench"):
+        read_folder(root)
+        read_folder(root)  # a command reads its folder more than once: said once
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert "2 file(s) left out" in lines[0] and ".jfif, .jpe" in lines[0]
+    assert "notes.txt" not in lines[0]
+    assert lines[1].endswith("class folder(s) without an image, left out: zz_class")
+
+
 def test_missing_root_is_named(tmp_path: Path) -> None:
     assert str(tmp_path / "absent") in _error(tmp_path / "absent")
 

@@ -46,6 +46,15 @@ def sampler_text(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str:
     return f"{cfg.batch_size // m} classes x {m}"
 
 
+def split_counts(data: DataSplits) -> dict[str, dict[str, int]]:
+    """Images and classes of each split, as the run read them (metrics.json: `split_counts`),
+    so that a folder's left-out files or merged classes can be seen after the run."""
+    return {
+        name: {"images": len(split), "classes": len(np.unique(np.asarray(split.labels)))}
+        for name, split in (("train", data.train), ("val", data.val), ("test", data.test))
+    }
+
+
 def raised_m_note(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str | None:
     """Why a class-balanced batch holds more examples of a class than --m-per-class, if it
     does: too few training classes to fill it."""

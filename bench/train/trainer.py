@@ -46,6 +46,7 @@ from bench.train.loaders import (
     load_data,
     raised_m_note,
     sampler_text,
+    split_counts,
     train_loader,
 )
 from bench.train.optimizers import make_optimizer, optimizer_text
@@ -133,8 +134,7 @@ class Trainer:
         }
 
     def refresh(self) -> None:
-        """The loss's per-epoch refresh (NNGK's bank); with several processes, the first one's,
-        sent to the others."""
+        """The loss's per-epoch refresh (NNGK's bank); the first process's, sent to the others."""
         if self.ranks.main:
             with self.precision.autocast():
                 split = self.data.train_eval
@@ -394,6 +394,7 @@ class Trainer:
                 loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
                 input_size=input_size(self.data),
                 sampler=sampler_text(self.cfg, self.loss, self.data),
+                split_counts=split_counts(self.data),
             )
         )
         return self.write_metrics(progress, metrics)
