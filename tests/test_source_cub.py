@@ -140,3 +140,12 @@ def test_an_image_listed_twice_is_refused_naming_it(tmp_path):
         DatasetError, match=r"Species_.*\.jpg is listed 2 times .*list each image once"
     ):
         read_cub(tmp_path)
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    # Before: "classes.txt has '\ufeff1' where a whole number belongs".
+    base = make_cub(tmp_path) / "CUB_200_2011"
+    expected = read_cub(tmp_path)
+    for name in ("classes.txt", "images.txt", "train_test_split.txt"):
+        (base / name).write_text("\ufeff" + (base / name).read_text(), encoding="utf-8")
+    assert read_cub(tmp_path).equals(expected)

@@ -166,3 +166,13 @@ def test_sop_trains_end_to_end_under_the_metric_protocol(
     columns = [c.strip() for c in header.strip("|").split("|")]
     shown = ["R@1", "R@10", "R@100", "R@1000", "NMI", "R-Prec.", "MAP@R"]
     assert columns[columns.index("R@1") : columns.index("MAP@R") + 1] == shown
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path):
+    # Before: a file saved by Windows Notepad "does not start with the header".
+    root = make_sop(tmp_path)
+    base = root / "Stanford_Online_Products"
+    expected = read_sop(root)
+    for name in ("Ebay_train.txt", "Ebay_test.txt"):
+        (base / name).write_text("\ufeff" + (base / name).read_text(), encoding="utf-8")
+    assert read_sop(root).equals(expected)

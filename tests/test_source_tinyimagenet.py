@@ -128,3 +128,12 @@ def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(
     message = _error(root)
     assert LAYOUT in message and SOURCE in message and f"looked in the data root {root};" in message
     assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message
+
+
+def test_macos_companion_files_are_not_read_as_images(tmp_path):
+    # Before: train/<wnid>/images/._<name>.JPEG stopped the run ("cannot decode the image").
+    root = make_tinyimagenet(tmp_path)
+    images = next((root / "tiny-imagenet-200" / "train").iterdir()) / "images"
+    (images / f"._{next(images.iterdir()).name}").write_bytes(b"\x00\x05\x16\x07 AppleDouble")
+    table = read_tinyimagenet(root)
+    assert not table["path"].str.contains("/._").any() and len(table) == 6 * 4 + 6 * 2

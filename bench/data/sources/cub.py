@@ -67,7 +67,7 @@ def _read(path: Path) -> dict[str, str]:
     """A file of "<id> <rest>" lines as {id: rest}, in file order."""
     require(path, DATASET, LAYOUT, SOURCE)
     out: dict[str, str] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for n, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split(maxsplit=1)

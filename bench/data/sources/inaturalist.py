@@ -68,7 +68,7 @@ def split_file(base: Path, name: str) -> Path:
 def read_split(path: Path) -> list[tuple[str, str, int]]:
     """(relative path, supercategory, category id) of each line of a split file."""
     rows = []
-    text = _need(path).read_text(encoding="utf-8")
+    text = _need(path).read_text(encoding="utf-8-sig")
     for number, line in enumerate(text.splitlines(), start=1):
         relative = line.strip()
         if not relative:

@@ -76,7 +76,7 @@ def image_parent(base: Path) -> Path:
 
 def read_partition(path: Path) -> list[tuple[str, str, str]]:
     """(image name, item id, status) of each image line, checked against the stated count."""
-    lines = [line.split() for line in _need(path).read_text(encoding="utf-8").splitlines()]
+    lines = [line.split() for line in _need(path).read_text(encoding="utf-8-sig").splitlines()]
     lines = [fields for fields in lines if fields]
     if len(lines) < 2 or len(lines[0]) != 1 or not lines[0][0].isdigit():
         raise _bad(path, "does not start with the number of images")

@@ -54,7 +54,7 @@ def dataset_dir(root: Path) -> Path:
 
 def read_split(path: Path) -> list[tuple[int, int, str]]:
     """(class id, super class id, relative image path) of each line of a split file."""
-    lines = _need(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = _need(path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
     if not lines or tuple(lines[0].split()) != HEADER:
         raise _bad(path, f"does not start with the header '{' '.join(HEADER)}'")
     rows = []

@@ -42,7 +42,7 @@ def dataset_dir(root: Path) -> Path:
 
 
 def _lines(path: Path) -> list[str]:
-    text = _need(path).read_text(encoding="utf-8", errors="replace")
+    text = _need(path).read_text(encoding="utf-8-sig", errors="replace")
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -98,7 +98,9 @@ def _train_rows(base: Path, wnids: list[str], names: dict[str, str]) -> list[dic
         images = _need(folder / "images")
         boxes_path = folder / f"{wnid}_boxes.txt"
         boxes = {f[0]: _box(boxes_path, f[1:]) for f in _fields(boxes_path, 5)}
-        files = sorted(p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(
+            p for p in images.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.name[0] != "."
+        )  # not macOS's ._NAME.JPEG companions
         if not files:
             raise _bad(images, "holds no .JPEG images")
         nan = (float("nan"),) * 4
