@@ -325,6 +325,7 @@ def test_galleries_of_images_changed_since_the_run_are_refused_and_left_out(tmp_
         class_image(0, 99, size=24).save(image)  # other pixels, under the same names
     out = CliRunner().invoke(main, ["visualize", str(run), "--out", str(tmp_path / "v")])
     assert out.exit_code == 1 and "its images changed or moved since the run" in out.output
+    assert out.output.strip().endswith("or draw the rest alone: --no-gallery")
     assert not (tmp_path / "v").exists()  # refused before anything was drawn
     again = CliRunner().invoke(main, ["report", "--results", str(results)])
     assert again.exit_code == 0, again.output  # the rest of the report is whole
@@ -344,3 +345,18 @@ def test_visualize_never_writes_into_the_runs_image_folder(folder_run):
         out.output
     )
     assert sorted(root.rglob("*")) == before
+
+
+def test_a_class_name_that_is_not_utf8_is_captioned(tmp_path):
+    # Before: a Latin-1 folder name ('caf\xe9') reached matplotlib as a surrogate, and visualize
+    # ended in its TypeError.
+    import matplotlib.pyplot as plt
+
+    from bench.report.gallery_images import class_name
+
+    name = class_name([b"caf\xe9".decode("utf-8", "surrogateescape")], 0)
+    assert name == "caf\ufffd"
+    figure = plt.figure()
+    figure.text(0.5, 0.5, name)
+    figure.savefig(tmp_path / "caption.png")
+    plt.close(figure)

@@ -185,3 +185,12 @@ def test_a_cache_of_the_format_without_the_cap_is_not_read(tmp_path, monkeypatch
     new = build_cache(paths, None, 8, tmp_path / "cache", workers=1)
     assert new != old and cached(new, 4)[2].shape == (1, 32, 3)
     assert not images.valid_cache(old, 4, 8)  # nor would it pass as a cache of the new format
+
+
+def test_a_broken_link_among_the_images_is_named_as_a_link(tmp_path):
+    from bench.data.image_cache import file_stats
+
+    (tmp_path / "gone.jpg").symlink_to(tmp_path / "elsewhere.jpg")
+    said = r"gone.jpg: No such file or directory \(a link to .*elsewhere.jpg\); the data set"
+    with pytest.raises(ValueError, match=said + " holds it: restore it or remove it"):
+        file_stats([str(tmp_path / "gone.jpg")])

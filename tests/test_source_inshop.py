@@ -252,3 +252,16 @@ def test_a_features_file_under_the_query_gallery_protocol_is_refused(tmp_path: P
     assert len(load_dataset(f"features:{path}", "metric").test) == 8
     with pytest.raises(ValueError, match="has no query images: a features file's split is train"):
         load_dataset(f"features:{path}", "query-gallery")
+
+
+def test_features_of_inshop_says_what_to_run_instead(tmp_path):
+    # Before: "use --protocol query-gallery", which features refused as no choice of its.
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    out = CliRunner().invoke(
+        main, ["features", "--dataset", "inshop", "--out", str(tmp_path / "f.npz")]
+    )
+    assert out.exit_code == 1 and "run it with `run --protocol query-gallery`" in out.output
+    assert not (tmp_path / "f.npz").exists()

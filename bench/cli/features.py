@@ -72,6 +72,11 @@ def features(
         check_backbone(backbone)
         if dataset.startswith(FEATURES_PREFIX):
             raise ValueError(f"{dataset} holds features already; give a data set of images")
+        if dataset == "inshop":  # its errors would say --protocol query-gallery, not ours
+            raise ValueError(
+                "inshop's test searches query images in a gallery, which a features file "
+                "(train, val, test) does not keep; run it with `run --protocol query-gallery`"
+            )
         check_outside_data(out, [dataset], "--out")
         check_out_writable(out)  # before the extraction, which the first write would lose
         import torch

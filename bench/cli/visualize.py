@@ -11,6 +11,7 @@ from bench.cli.options import DEVICE
 from bench.protocols import VERIFICATION, get_protocol
 from bench.runs import store
 from bench.runs.config import BASELINE_LOSS
+from bench.util.errors import first_line
 from bench.util.progress import log
 
 
@@ -128,7 +129,10 @@ def check_drawable(run_dir: Path, out: Path, gallery: bool) -> None:
     cfg = run_config(run_dir)
     check_outside_data(out, [cfg.dataset], "--out")
     if gallery and has_images(cfg.dataset):
-        check_same_data(cfg)
+        try:
+            check_same_data(cfg)
+        except ValueError as err:  # its other figures need no images
+            raise ValueError(f"{first_line(err)}; or draw the rest alone: --no-gallery") from None
 
 
 def galleries_or_note(

@@ -140,7 +140,10 @@ def file_stats(paths: list[str]) -> list[tuple[int, int]]:
         try:
             st = os.stat(path)
         except OSError as err:
-            raise ValueError(f"{path}: {err.strerror}; the data set lists it") from None
+            link = f" (a link to {os.readlink(path)})" if os.path.islink(path) else ""
+            raise ValueError(
+                f"{path}: {err.strerror}{link}; the data set holds it: restore it or remove it"
+            ) from None
         stats.append((st.st_size, st.st_mtime_ns))
     return stats
 

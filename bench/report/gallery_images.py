@@ -136,6 +136,9 @@ def framed(image: np.ndarray, colour: tuple[int, int, int], width: int = BORDER)
 def class_name(names: Sequence[str], label: int) -> str:
     """A label's class name as a caption fits it: its first synonym, at most CAPTION_CHARS."""
     name = names[label].split(",")[0] if 0 <= label < len(names) else str(label)
+    # A folder name that is not UTF-8 (Latin-1 'café') comes as surrogates, which matplotlib
+    # refuses: its bytes shown as what they decode to, the rest as '?'.
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     return name if len(name) <= CAPTION_CHARS else name[: CAPTION_CHARS - 1] + "…"
 
 
