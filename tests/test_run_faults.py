@@ -118,17 +118,24 @@ def test_a_truncated_checkpoint_is_one_line_offering_force(tmp_path):
     assert (run / "metrics.json").is_file()
 
 
-def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "error, said",
+    [
+        (errno.ENOSPC, "no space left"),
+        (errno.EFBIG, "a limit on a file's size, `ulimit -f`, or a disk quota); raise it"),
+    ],
+)
+def test_a_full_disk_is_one_line_and_the_run_resumes(tmp_path, monkeypatch, error, said):
     real_fsync = os.fsync
 
     def full_disk_for_checkpoints(fd):  # written data reaches the disk at fsync at the latest
         if ".checkpoint.pt." in os.readlink(f"/proc/self/fd/{fd}"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            raise OSError(error, os.strerror(error))
         return real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", full_disk_for_checkpoints)
     line = error_line(invoke(tmp_path))
-    assert "checkpoint.pt" in line and "no space left" in line and "resume" in line
+    assert "checkpoint.pt" in line and said in line and "resume" in line
     run = the_run(tmp_path)
     assert not (run / "metrics.json").exists() and no_temporary_files(tmp_path)
     monkeypatch.undo()

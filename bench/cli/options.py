@@ -148,4 +148,10 @@ def os_error_line(err: OSError) -> str:
             f"{where}: cannot write here ({err.strerror}); make it writable or choose another "
             "folder (--results DIR, --out DIR or $NNGK_CACHE)"
         )
+    if err.errno in (errno.EFBIG, errno.EDQUOT):
+        return (
+            f"{where}: {err.strerror} (a limit on a file's size, `ulimit -f`, or a disk quota); "
+            "raise it or write to another disk (--results DIR or $NNGK_CACHE) and run the same "
+            "command again to resume"
+        )
     return f"{where}: {err.strerror}"
