@@ -448,3 +448,19 @@ def test_a_gap_embedding_of_another_size_says_which_dims_it_has():
 
     with pytest.raises(ValueError, match="64 dims .*; got dims=8: give --dims 64, or --embedding"):
         check_embedding("small_cnn", "gap", 8)
+
+
+def test_class_balanced_batches_of_one_image_a_class_are_refused(tmp_path):
+    # Before: contrastive --train-per-class 1 trained on pairs of an image and itself, exit 0,
+    # and wrote NaN training metrics.
+    args = [
+        "--dataset",
+        "glyphs:classes=24,instances=6",
+        "--train-per-class",
+        "1",
+        "--batch-size",
+        "4",
+    ]
+    out = cli("run", "--loss", "contrastive", *args, "--m-per-class", "2", "--results", tmp_path)
+    assert out.exit_code == 1 and "holds one image (--train-per-class 1)" in out.output
+    assert "positives would be an image and itself" in out.output

@@ -186,6 +186,13 @@ def check_batches(cfg: RunConfig, data: DataSplits) -> None:
             f"nothing (a loss of 0 at every step); give a --batch-size of {2 * cfg.m_per_class}"
             f" or more (a multiple of --m-per-class {cfg.m_per_class}){smaller_m(cfg)}"
         )
+    if m > 1 and class_counts(labels).max() < 2:
+        raise ValueError(
+            f"each training class of {cfg.dataset} holds one image (--train-per-class "
+            f"{cfg.train_per_class}): a class-balanced batch repeats it {m} times, so {cfg.loss}'s "
+            "positives would be an image and itself; give --train-per-class 2 or more, or a "
+            "loss of random batches (softmax, the proxy losses)"
+        )
 
 
 def check_m_divides(cfg: RunConfig) -> None:
