@@ -151,7 +151,9 @@ def test_a_second_process_on_the_same_run_waits_for_the_first(tmp_path):
 
     cfg = type("Config", (), {"pretrained": "none"})()
     second = threading.Thread(target=train_one, args=(cfg, run_dir, False, "cpu", Trainer))
-    with store.run_lock(run_dir, say=lambda line: None):  # the first process, training
+    from bench.data.image_cache import cache_folder
+
+    with store.run_lock(run_dir, cache_folder() / "locks", say=lambda line: None):  # the first
         second.start()
         second.join(timeout=1.0)
         assert second.is_alive() and trained == []  # waiting

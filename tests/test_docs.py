@@ -13,8 +13,9 @@ CliRunner), offline, in one temporary folder that all of them share as their wor
 with its arguments made small by fixed rules:
 
 - run, suite, tune: a built-in data set (glyphs, glyphs:..., digits) or none becomes TINY,
-  `folder:ANY` a generated image folder; `--epochs 1`, `--dims 8`, `--seed 0` (tune: `--seeds
-  0 --trials 1 --final-epochs 1`); run: `--batch-size 16`; `--results results`;
+  `folder:ANY` a generated image folder; `--epochs 1` (a step schedule, none in 1 epoch:
+  `--schedule cosine`), `--dims 8`, `--seed 0` (tune: `--seeds 0 --trials 1 --final-epochs
+  1`); run: `--batch-size 16`; `--results results`;
 - report: `--results results`, and `--out` dropped (the report goes to results/report);
 - visualize: a run folder `results/<data>-<loss>-d<N>-s<S>-*` becomes TINY's, at 8 dims and seed
   0 (the first finished match);
@@ -196,6 +197,8 @@ def small(args: tuple[str, ...], folder: Path) -> list[str]:
     if command in ("run", "suite", "tune"):
         rest = setting(rest, "--dataset", small_data(option(rest, "--dataset"), folder))
         rest = setting(rest, "--epochs", "1")
+        if (option(rest, "--schedule") or "").startswith("step:"):  # no step in 1 epoch
+            rest = setting(rest, "--schedule", "cosine")
         rest = setting(rest, "--dims", "8")
         rest = setting(rest, "--results", "results")
         if command == "tune":

@@ -363,7 +363,7 @@ def test_the_bare_loop_steps_with_the_runs_optimizer(monkeypatch):
         step_rates, "optimizer_class", lambda cfg: made.append(real(cfg)) or made[-1]
     )
     settings = dict(backbone="small_cnn", pretrained="none", batch_size=4, resize=16, crop=16)
-    (cfg,) = make_configs("glyphs", "nngk", (8,), {}, optimizer="adamw", **settings)
+    (cfg,) = make_configs("cub", "nngk", (8,), {}, optimizer="adamw", **settings)
     assert step_rates.bare_rate(cfg, torch.device("cpu"), steps=2) > 0
     assert made == [(torch.optim.AdamW, {"lr": cfg.lr, "weight_decay": cfg.weight_decay})]
 

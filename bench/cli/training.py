@@ -194,7 +194,9 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     which is replaced only when the rerun has finished (a failed rerun loses nothing; the
     same command resumes it); another process at it first is waited for. Whether the run
     diverged."""
-    with store.run_lock(run_dir, say=log.info):
+    from bench.data.image_cache import cache_folder
+
+    with store.run_lock(run_dir, cache_folder() / "locks", say=log.info):
         store.remove_stale_temporaries(run_dir)
         return train_locked(cfg, run_dir, force, device, trainer_cls)
 

@@ -227,11 +227,14 @@ def recover_run(run_dir: Path) -> None:
 
 
 @contextmanager
-def run_lock(run_dir: Path, say: Callable[[str], None]) -> Iterator[None]:
+def run_lock(run_dir: Path, locks: Path, say: Callable[[str], None]) -> Iterator[None]:
     """Held while this process trains, or replaces, the run: the same command started twice on
     one results folder waits here (said once through `say`), then finds the run finished,
-    instead of training it twice or removing what the other is writing (two --force)."""
-    lock = Path(run_dir).parent / ".locks" / f"{Path(run_dir).name}.lock"  # hidden: no run
+    instead of training it twice or removing what the other is writing (two --force). The
+    lock file is in `locks` (the cache's), named by the run folder's resolved path: the
+    results folder holds runs alone."""
+    where = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
+    lock = Path(locks) / f"{Path(run_dir).name}-{where}.lock"
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as file:  # the lock ends with the file, even if this process is killed
         try:
