@@ -2,6 +2,7 @@
 
 import errno
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -194,3 +195,22 @@ def test_a_broken_link_among_the_images_is_named_as_a_link(tmp_path):
     said = r"gone.jpg: No such file or directory \(a link to .*elsewhere.jpg\); the data set"
     with pytest.raises(ValueError, match=said + " holds it: restore it or remove it"):
         file_stats([str(tmp_path / "gone.jpg")])
+
+
+def test_every_image_that_cannot_be_read_is_named_in_one_build(tmp_path):
+    # Before: each build stopped at the first bad file and threw its work away; a folder of
+    # four bad files took four builds to learn of them.
+    paths = pictures(tmp_path / "img", n=6)
+    Path(paths[0]).write_bytes(b"")  # empty: its header cannot be read
+    Path(paths[1]).write_text("not an image")
+    with pytest.raises(ValueError) as err:
+        build_cache(paths, None, 8, tmp_path / "cache", workers=1)
+    assert str(err.value).startswith(f"{paths[0]}: cannot decode the image")
+    assert f"(1 more cannot be read either: {paths[1]})" in str(err.value)
+    for path in paths[2:5]:  # whole headers, truncated data: found in the decoding pass
+        Path(path).write_bytes(Path(path).read_bytes()[:100])
+    with pytest.raises(ValueError) as err:
+        build_cache(paths[2:], None, 8, tmp_path / "cache", workers=2)
+    assert str(err.value).startswith(f"{paths[2]}: cannot decode the image")
+    assert f"(2 more cannot be read either: {paths[3]}, {paths[4]})" in str(err.value)
+    assert not list((tmp_path / "cache").glob(".*tmp.npy"))  # the failed builds cleaned up

@@ -270,24 +270,54 @@ def fill_cache(
     into the memory map."""
     jobs = list(zip(paths, boxes or [None] * len(paths), strict=True))
     with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
-        shapes = pool.map(lambda job: cached_shape(*job, size), jobs)
-        sizes = np.array(list(shapes), np.int64).reshape(len(jobs), 2)
+        shapes = list(pool.map(lambda job: tried(cached_shape, job, size), jobs))
+        check_all_read(shapes)
+        sizes = np.array(shapes, np.int64).reshape(len(jobs), 2)
         offsets = pixel_offsets(sizes)
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(int(offsets[-1]),))
         reserve_space(tmp)
-        decoded = pool.map(lambda job: load_image(*job, size), jobs)
+        decoded = pool.map(lambda job: tried(load_image, job, size), jobs)
+        failed = []
         for i, pixels in enumerate(
             tqdm(decoded, total=len(paths), desc=f"caching {size}px", disable=len(paths) < 500)
         ):
+            if isinstance(pixels, ValueError):  # the others decoded all the same: named together
+                failed.append(pixels)
+                continue
             if pixels.shape[:2] != tuple(sizes[i]):
                 raise ValueError(
                     f"{paths[i]}: decoded as {pixels.shape[:2]}, its header says "
                     f"{tuple(sizes[i])}; replace or remove it"
                 )
             array[offsets[i] : offsets[i + 1]] = pixels.reshape(-1)
+        check_all_read(failed)
     array.flush()
     del array
     np.save(tmp_sizes, sizes.reshape(len(paths), 2))
+
+
+def tried(read, job: tuple, size: int):
+    """`read(*job, size)`, or its one-line ValueError as the value: every file is tried, so
+    that one error names all that fail, not the first of them each time the cache is built."""
+    try:
+        return read(*job, size)
+    except ValueError as err:
+        return err
+
+
+def check_all_read(results: list) -> None:
+    """A one-line ValueError for the images that could not be read: the first one's error,
+    the number of the others and a few of their names."""
+    errors = [r for r in results if isinstance(r, ValueError)]
+    if not errors:
+        return
+    more = ""
+    if len(errors) > 1:
+        named = ", ".join(str(e).split(": ")[0] for e in errors[1:4])
+        more = (
+            f" ({len(errors) - 1} more cannot be read either: {named}{', ...' * (len(errors) > 4)})"
+        )
+    raise ValueError(f"{str(errors[0]).splitlines()[0]}{more}")
 
 
 def reserve_space(path: Path) -> None:
