@@ -233,8 +233,8 @@ def run_lock(run_dir: Path, locks: Path, say: Callable[[str], None]) -> Iterator
     instead of training it twice or removing what the other is writing (two --force). The
     lock file is in `locks` (the cache's), named by the run folder's resolved path: the
     results folder holds runs alone."""
-    where = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:12]
-    lock = Path(locks) / f"{Path(run_dir).name}-{where}.lock"
+    where = hashlib.sha1(str(Path(run_dir).resolve()).encode()).hexdigest()[:20]
+    lock = Path(locks) / f"{where}.lock"  # a run's name may be as long as a file's may
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as file:  # the lock ends with the file, even if this process is killed
         try:
