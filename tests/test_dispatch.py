@@ -134,3 +134,11 @@ def test_slurm_without_slurm_is_one_line_before_any_work(tmp_path, monkeypatch, 
         "the cluster's login node, or give --executor local"
     )
     assert not (tmp_path / "r").exists()
+
+
+def test_nproc_and_an_executor_together_are_refused(tmp_path):
+    # Before: each of the torchrun processes submitted its own jobs (two at once for --jobs 1).
+    args = ["run", "--dataset", "digits", "--nproc", "2", "--executor", "local", "--jobs", "1"]
+    out = cli(*args, "--results", tmp_path)
+    assert out.exit_code == 1 and "--nproc 2 runs here under torchrun" in out.output
+    assert not any(tmp_path.iterdir())

@@ -65,6 +65,11 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
     """Train and evaluate each LOSS on DATASET, one run per loss, embedding size and seed;
     the data set's baselines first. With several losses and seeds, `report` compares them."""
     dispatch = dispatch_from(options)
+    if nproc > 1 and dispatch.executor != "none":  # each torchrun process would submit its jobs
+        raise click.ClickException(
+            f"--nproc {nproc} runs here under torchrun, --executor {dispatch.executor} runs as "
+            "jobs: give one of them"
+        )
     if config is not None:
         configs = [rerun_config(ctx, config)]
     else:
