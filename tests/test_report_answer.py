@@ -1,13 +1,16 @@
 """The answer a table leads with (issue 42): per size and metric the best row, its margin over
 the next and whether it holds beyond the seeds, the table under it and its legend below; with
-fewer than 3 seeds, that intervals and marks need more."""
+fewer than 3 seeds, that intervals need more."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 
 import numpy as np
 import pandas as pd
+import pytest
 from scipy import stats
 
 from bench.report.answer import answer_text
@@ -70,14 +73,14 @@ def test_fewer_than_three_seeds_say_that_more_are_needed(tmp_path):
     lines = answer_lines((tmp_path / "rep" / "digits.md").read_text())
     assert lines[0].startswith("16-d, R@1: **contrastive** 65.00, 30.00 above lifted (35.00)")
     assert lines[-1].startswith("With 2 seeds a row, the intervals are too wide to read")
-    assert "need 3 seeds or more (`--seed 0,1,2`)" in lines[-1]
+    assert "tested from 2 seeds a row, and intervals read from 3 or more (`--seed" in lines[-1]
 
 
 def test_one_seed_is_not_tested_and_one_row_is_the_only_one():
     summary, trained = rows_of({"a": [0.7], "b": [0.6]})
     lines = answer_text(summary, None, trained).splitlines()
     assert lines[0].endswith(
-        "10.00 above b (60.00); not tested (1 seed a row; a row needs 3 or more)."
+        "10.00 above b (60.00); not tested (1 seed a row; a row needs 2 or more)."
     )
     assert lines[-1].startswith("- With 1 seed a row")
     summary, trained = rows_of({"a": [0.7, 0.8, 0.75]})
@@ -111,3 +114,42 @@ def test_the_answer_leads_index_html_too(tmp_path):
     write_report(r, tmp_path / "rep")
     page = (tmp_path / "rep" / "index.html").read_text()
     assert re.search(r"16-d, R@1: <(b|strong)>contrastive</(b|strong)> 70\.00", page)
+
+
+def test_a_seed_the_table_leaves_out_for_nan_is_left_out_of_its_tests_too(tmp_path):
+    # Before: the table's mean left out a seed whose R@1 was NaN, while the significance test
+    # and the answer still used its per-query scores: "significant over 3 seeds (p = 0.008)"
+    # where Welch's test over the two seeds shown gave p = 0.101.
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"good{seed}", "contrastive", seed, noise=0.6)
+        embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.0)
+    record = json.loads((r / "good2" / "metrics.json").read_text())
+    record["recall@1"] = record["map@r"] = float("nan")  # as a run that could not compute them
+    (r / "good2" / "metrics.json").write_text(json.dumps(record))
+    write_report(r, tmp_path / "rep")
+    summary = pd.read_csv(tmp_path / "rep" / "digits.csv").set_index("method")
+    assert summary.loc["contrastive", "runs"] == 3  # R@1 over 2 of them
+    runs = {n: json.loads((r / n / "metrics.json").read_text()) for n in sorted(os.listdir(r))}
+    good = [runs[f"good{s}"]["recall@1"] for s in (0, 1)]
+    bad = [runs[f"bad{s}"]["recall@1"] for s in (0, 1, 2)]
+    p = stats.ttest_ind(good, bad, equal_var=False).pvalue
+    differences = pd.read_csv(tmp_path / "rep" / "digits-differences.csv")
+    pair = differences[(differences["name"] == "lifted") & (differences["metric"] == "recall@1")]
+    assert pair["p_seeds"].item() == pytest.approx(p, abs=1e-6)  # the CSV's 6 decimals
+    assert pair["diff"].item() == pytest.approx(np.mean(bad) - np.mean(good), abs=1e-6)
+    line = answer_lines((tmp_path / "rep" / "digits.md").read_text())[0]
+    assert "over 2 seeds" in line and (f"p = {p:.3f}" if p >= 0.001 else "p < 0.001") in line
+
+
+def test_the_verdict_on_the_best_two_is_the_same_whatever_the_reference(tmp_path):
+    # Before: with --reference another row, the best two were judged by Welch's test alone.
+    r = tmp_path / "r"
+    for seed in range(3):
+        embedded_run(r, f"a{seed}", "contrastive", seed, noise=0.70)
+        embedded_run(r, f"b{seed}", "lifted", seed + 10, noise=0.72)
+        embedded_run(r, f"c{seed}", "nngk", seed + 20, noise=1.5)
+    write_report(r, tmp_path / "plain")
+    write_report(r, tmp_path / "ref", reference="nngk")
+    plain, ref = (answer_lines((tmp_path / d / "digits.md").read_text()) for d in ("plain", "ref"))
+    assert plain[:2] == ref[:2] and "bootstrap over test queries" in ref[0]

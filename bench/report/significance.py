@@ -214,21 +214,28 @@ def _draws(n: int, seeds_a: int, seeds_b: int, replicates: int, seed: int) -> It
 def row_scores(
     runs: pd.DataFrame, compared: Sequence[str] = COMPARED
 ) -> dict[str, np.ndarray] | None:
-    """A row's per-query scores as (seeds, queries) arrays, copies of a seed averaged; None
-    when a run lacks saved embeddings or its test queries differ from the others'."""
-    by_seed: dict[int, list[dict[str, np.ndarray]]] = {}
+    """A row's per-query scores as (seeds, queries) arrays, copies of a seed averaged, each
+    metric's without the seeds whose recorded value of it is NaN (as the table leaves them
+    out); None when a run lacks saved embeddings, its test queries differ from the others', or
+    a metric has no seed left."""
+    loaded = []
     for _, run in runs.iterrows():
         scores = run_query_scores(Path(run["path"]), compared)
         if scores is None:
             return None
-        by_seed.setdefault(run["seed"], []).append(scores)
-    sizes = {len(s["map@r"]) for copies in by_seed.values() for s in copies}
-    if len(sizes) != 1:
+        loaded.append((run, scores))
+    if len({len(scores["map@r"]) for _, scores in loaded}) != 1:
         return None
-    return {
-        m: np.stack([np.mean([c[m] for c in copies], axis=0) for copies in by_seed.values()])
-        for m in compared
-    }
+    found = {}
+    for m in compared:
+        by_seed: dict[int, list[np.ndarray]] = {}
+        for run, scores in loaded:
+            if not (m in run.index and pd.isna(run[m])):
+                by_seed.setdefault(run["seed"], []).append(scores[m])
+        if not by_seed:
+            return None
+        found[m] = np.stack([np.mean(copies, axis=0) for copies in by_seed.values()])
+    return found
 
 
 def compare_rows(trained: pd.DataFrame, reference: str | None = None) -> pd.DataFrame:
