@@ -464,3 +464,21 @@ def test_a_search_alone_is_reported_by_its_tuning_page(tmp_path):
         main, ["report", "--results", str(tmp_path / "results"), "--reference", "nngk"]
     )
     assert out.exit_code == 1 and "no trained run" in out.output.splitlines()[-1], out.output
+
+
+def test_a_run_whose_embeddings_cannot_be_searched_is_left_out_not_the_table(tmp_path):
+    # Before: one run's NaN embeddings failed the table's part: no digits.md, .csv or answer.
+    r, out = tmp_path / "r", tmp_path / "rep"
+    for seed in range(2):
+        embedded(r, f"c{seed}", "contrastive", seed)
+        embedded(r, f"l{seed}", "lifted", seed)
+    emb, labels = (np.load(r / "c1" / store.EMBEDDINGS)[k] for k in ("embeddings", "labels"))
+    emb[0, 0] = np.nan
+    np.savez(r / "c1" / store.EMBEDDINGS, embeddings=emb, labels=labels)
+    (r / "c1" / store.QUERY_SCORES).unlink(missing_ok=True)
+    cli = CliRunner().invoke(main, ["report", "--results", str(r), "--out", str(out)])
+    assert cli.exit_code == 0, cli.output
+    skipped = [x for x in cli.output.splitlines() if x.startswith("skipped c1")]
+    assert skipped and "some values are NaN or infinite: they cannot be searched" in skipped[0]
+    table = pd.read_csv(out / "digits.csv").set_index("method")
+    assert table.loc["contrastive", "runs"] == 1 and table.loc["lifted", "runs"] == 2

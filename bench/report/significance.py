@@ -27,8 +27,8 @@ import pandas as pd
 from scipy import stats
 
 from bench.evaluation.metrics import recall_k, retrieval_keys
-from bench.evaluation.retrieval import RECALL_KS, gallery_scores, query_scores
-from bench.report.run_files import saved_embeddings, saved_query_flags
+from bench.evaluation.retrieval import RECALL_KS, distance_fault, gallery_scores, query_scores
+from bench.report.run_files import DamagedRun, saved_embeddings, saved_query_flags
 from bench.runs import store
 
 LEVEL = 0.95
@@ -85,6 +85,9 @@ def run_query_scores(
     saved = saved_embeddings(run_dir, store.EMBEDDINGS)
     if saved is None:
         return None
+    fault = distance_fault(saved[0])
+    if fault:  # left out of every table and named, not the end of the table's files
+        raise DamagedRun(Path(run_dir) / store.EMBEDDINGS, f"{fault}: they cannot be searched")
     scores = searched_as_saved(run_dir, *saved)
     try:
         store.save_query_scores(run_dir, scores)
