@@ -235,10 +235,11 @@ def finished_record(run_dir: Path) -> dict:
 
     try:
         metrics = store.read_metrics(run_dir)
-        fault = f"its {store.METRICS} {metrics_fault(metrics)}" if metrics_fault(metrics) else ""
+        fault = f"its {store.METRICS} {found}" if (found := metrics_fault(metrics)) else ""
     except ValueError as err:
         metrics, fault = {}, first_line(err).removeprefix(f"{run_dir}: ")
-    fault = fault or (f"it {config_fault(run_dir)}" if config_fault(run_dir) else "")
+    if not fault and (found := config_fault(run_dir)):
+        fault = f"it {found}"
     embeddings = Path(run_dir) / store.EMBEDDINGS
     if not fault and embeddings.exists() and not zipfile.is_zipfile(embeddings):
         fault = f"its {store.EMBEDDINGS} is damaged (not a whole .npz)"
