@@ -425,14 +425,24 @@ def test_features_of_other_settings_get_a_file_of_their_own(tmp_path, monkeypatc
         # Before: each named a run id of its own for the very same training.
         ({"optimizer": "adam", "momentum": 0.5}, "--momentum applies to sgd and rmsprop, not adam"),
         ({"val_split": "classes:1/4", "val_fraction": 0.0}, "holds out a fold of the classes"),
-        ({"schedule": "step:5:0.1", "epochs": 5}, "a step after epoch 5 never comes in a run of 5"),
     ],
 )
 def test_a_setting_given_that_would_change_nothing_is_refused(given, message):
     with pytest.raises(ValueError, match=message):
         make_configs("digits", "contrastive", (8,), {}, **given)
+
+
+def test_a_schedule_step_that_never_comes_is_refused_by_run_not_by_a_trial(tmp_path):
+    from bench.train.presets import check_steps_come
+
+    out = cli("run", "--dataset", "digits", "--schedule", "step:5:0.1", "--epochs", "5",
+              "--results", tmp_path)  # fmt: skip
+    assert out.exit_code == 1 and "a step after epoch 5 never comes in a run of 5" in out.output
+    (cfg,) = make_configs("digits", "contrastive", (8,), {}, schedule="step:5:0.1", epochs=5)
+    with pytest.raises(ValueError, match="never comes"):  # a tuning trial makes it all the same
+        check_steps_come(cfg)
     (cfg,) = make_configs("digits", "contrastive", (8,), {}, schedule="step:4:0.1", epochs=5)
-    assert cfg.schedule == "step:4:0.1"  # a step before the last epoch: taken
+    check_steps_come(cfg)  # a step before the last epoch: taken
 
 
 def test_a_loss_on_the_unit_sphere_at_one_dimension_is_refused(tmp_path):

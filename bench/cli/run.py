@@ -139,12 +139,15 @@ def started_elsewhere(record: dict) -> str:
 
 def checked_configs(dataset: str, loss: str, dims, params: dict, **settings) -> list:
     """`make_configs`, with a one-line error for settings that do not go together."""
-    from bench.train.presets import make_configs
+    from bench.train.presets import check_steps_come, make_configs
 
     try:
-        return make_configs(dataset, loss, dims, params, **settings)
+        configs = make_configs(dataset, loss, dims, params, **settings)
+        for cfg in configs if settings.get("schedule") else []:
+            check_steps_come(cfg)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    return configs
 
 
 def check_before_torchrun(configs: list, nproc: int) -> None:
