@@ -53,7 +53,8 @@ class Protocol:
       protocol derived from the metric protocol is named all the same);
     - `trains`: a network is trained under it (a `run --protocol` choice);
     - `follows`: the record key that names the protocol whose split its runs follow;
-    - `same_as`: the protocol whose tables and data its runs share.
+    - `same_as`: the protocol whose tables and data its runs share;
+    - `retrieval_note`: what its tables' R@K, NMI and MAP@R are of, where not the test classes.
     """
 
     registry_name: ClassVar[str]
@@ -75,6 +76,7 @@ class Protocol:
     trains: ClassVar[bool] = True
     follows: ClassVar[str] = ""
     same_as: ClassVar[str] = ""
+    retrieval_note: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any):
         super().__init_subclass__(**kwargs)
@@ -153,6 +155,10 @@ class Pairs(Protocol):
     preset = "pairs"
     needs_validation = "chooses its verification threshold on validation images"
     classes_note = "trains and tests on the first half of the classes"
+    retrieval_note = (
+        "R@K, NMI and MAP@R here are of the seen classes' test images (the classes the runs "
+        "trained on); the unseen classes enter the pair metrics (unseen acc., FAR, FRR, AP) alone."
+    )
     columns = {
         f"{part}_{m}": f"{part} {label}"
         for part in ("seen", "unseen")

@@ -34,6 +34,7 @@ def test_a_clear_winner_is_named_with_its_margin_and_significance(tmp_path):
     text = (tmp_path / "rep" / "digits.md").read_text()
     lines = answer_lines(text)
     assert [line.split(":")[0] for line in lines] == ["16-d, R@1", "16-d, MAP@R", "16-d, NMI"]
+    assert "seen classes'" not in text  # the metric protocol's are the test classes
     summary = pd.read_csv(tmp_path / "rep" / "digits.csv").set_index("method")
     best, second = summary.loc["contrastive", "map@r_mean"], summary.loc["lifted", "map@r_mean"]
     margin = f"{100 * best:.2f}, {100 * (best - second):.2f} above lifted ({100 * second:.2f})"

@@ -157,6 +157,13 @@ def test_a_damaged_run_file_leaves_out_that_run_alone_and_names_it(pairs_results
     assert {"digits-pairs.md", "digits-pairs-categories.md", "digits-pairs-pr.png"} <= names
     table = (out / "digits-pairs.md").read_text().split("## Published")[0]
     assert "| contrastive " in table and "| nngk " not in table
+    # Its retrieval columns are of the seen classes' test images: the table says so.
+    assert "R@K, NMI and MAP@R here are of the seen classes' test images" in table
+    assert (
+        "seen classes'" not in (out / "digits.md").read_text()
+        if (out / "digits.md").exists()
+        else True
+    )
     (nngk / "pr_unseen.csv").write_bytes(good)
     # The galleries load the data from the best run's configuration: a damaged one is named.
     (contrastive / store.CONFIG).write_text("{not json")

@@ -8,6 +8,7 @@ import pandas as pd
 
 from bench.evaluation.metrics import retrieval_keys
 from bench.evaluation.retrieval import R_PRECISION
+from bench.protocols import get_protocol
 from bench.report import figures
 from bench.report.answer import answer_text
 from bench.report.reference import reference_rows
@@ -291,7 +292,9 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
     differences = compare_rows(trained, reference)
     baselines = frozenset(part.loc[part["loss"] == BASELINE_LOSS, "name"])
     answer = answer_text(summary, differences, trained)
-    text = markdown_table(summary, table, setup_line(part), differences, baselines, answer)
+    note = get_protocol(part["protocol"].iloc[0]).retrieval_note  # pairs: the seen classes'
+    setup = setup_line(part) + (f"\n\n{note}" if note else "")
+    text = markdown_table(summary, table, setup, differences, baselines, answer)
     files = {
         f"{table}.md": (text + paper_markdown(papers)).encode(),
         f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
