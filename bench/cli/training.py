@@ -80,6 +80,19 @@ def sigterm_interrupts():
         signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def resumable_stops():
+    """Inside, SIGTERM stops as Ctrl-C does, and either ends the command with a line saying
+    how to resume (exit 130, or 143 for SIGTERM): what was stopped resumes from its last
+    checkpoint, its files written atomically."""
+    try:
+        with sigterm_interrupts():
+            yield
+    except KeyboardInterrupt as stop:
+        click.echo(INTERRUPTED, err=True)
+        sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
+
+
 def identified(configs: list) -> list:
     """The configs with their data's identity, each one's embedding checked (a one-line
     ValueError otherwise)."""
@@ -106,11 +119,8 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
     """The baseline of the first config's data set, then every config; one-line errors, and
     on Ctrl-C or SIGTERM a line saying how to resume (exit 130 or 143)."""
     try:
-        with sigterm_interrupts():
+        with resumable_stops():
             diverged = train_all(configs, results, force, device)
-    except KeyboardInterrupt as stop:
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(first_line(err)) from None
     if diverged:

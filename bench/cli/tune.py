@@ -3,8 +3,6 @@ with several seeds and tested once."""
 
 from __future__ import annotations
 
-import signal
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -168,15 +166,11 @@ def tune(
             executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)
         ]
         wait(workers, f"tuning {', '.join(names)}")
-    from bench.cli.training import INTERRUPTED, Terminated, sigterm_interrupts
+    from bench.cli.training import resumable_stops
 
     retrain = (seeds, final_epochs, cross_validate)
-    try:
-        with sigterm_interrupts():
-            configs = [c for n in names for c in tuned_loss(setup, n, url, results, *retrain)]
-    except KeyboardInterrupt as stop:  # the trial under way is queued again (its checkpoints)
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
+    with resumable_stops():  # the trial under way is queued again (its checkpoints)
+        configs = [c for n in names for c in tuned_loss(setup, n, url, results, *retrain)]
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
