@@ -116,6 +116,12 @@ class GlyphSpec:
         """The indices of its classes among all the classes of its seed."""
         return range(self.first, self.first + self.classes)
 
+    def shares_classes(self, seed: int, classes: range) -> bool:
+        """Whether these classes of glyphs seed `seed` include some of its own (those of
+        another seed are other glyphs, whatever their numbers)."""
+        own = self.class_indices()
+        return seed == self.seed and classes.start < own.stop and own.start < classes.stop
+
     def name(self) -> str:
         """The canonical data set name: 'glyphs', plus the parameters that differ from it."""
         default = GlyphSpec()

@@ -69,9 +69,9 @@ def check_weights_unseen(pretrained: str, dataset: str) -> None:
     except (KeyError, TypeError, ValueError):  # no provenance, or not of glyphs
         return
     spec = GlyphSpec.parse(dataset)
-    own = spec.class_indices()
-    if seed != spec.seed or last < own.start or own.stop <= first:
+    if not spec.shares_classes(seed, range(first, last + 1)):
         return
+    own = spec.class_indices()
     raise ValueError(
         f"--pretrained {pretrained} was pretrained on glyphs {first}-{last}, which share "
         f"classes with {dataset} ({own.start}-{own.stop - 1}): its test classes would not be "

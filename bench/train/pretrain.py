@@ -73,7 +73,7 @@ def source_spec(cfg: PretrainConfig) -> tuple[GlyphSpec, str]:
             f"{spec.name()} is of glyphs seed {spec.seed}, the benchmark's is {BENCHMARK.seed}: "
             "its classes are other glyphs than the benchmark's, whatever their numbers"
         )
-    if source.start < bench.stop and bench.start < source.stop:
+    if BENCHMARK.shares_classes(spec.seed, source):
         raise ValueError(
             f"{spec.name()} holds classes {source.start}-{source.stop - 1}, which share "
             f"{bench.start}-{bench.stop - 1} with the benchmark ({BENCHMARK.name()}); start at "
