@@ -21,6 +21,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -281,7 +282,7 @@ def fill_cache(
         for i, pixels in enumerate(
             tqdm(decoded, total=len(paths), desc=f"caching {size}px", disable=len(paths) < 500)
         ):
-            if isinstance(pixels, ValueError):  # the others decoded all the same: named together
+            if isinstance(pixels, Unread):  # the others decoded all the same: named together
                 failed.append(pixels)
                 continue
             if pixels.shape[:2] != tuple(sizes[i]):
@@ -296,28 +297,36 @@ def fill_cache(
     np.save(tmp_sizes, sizes.reshape(len(paths), 2))
 
 
+@dataclass(frozen=True)
+class Unread:
+    """An image that could not be read: its path, and its one-line error."""
+
+    path: str
+    error: str
+
+
 def tried(read, job: tuple, size: int):
-    """`read(*job, size)`, or its one-line ValueError as the value: every file is tried, so
-    that one error names all that fail, not the first of them each time the cache is built."""
+    """`read(*job, size)`, or an `Unread` naming its file: every file is tried, so that one
+    error names all that fail, not the first of them each time the cache is built."""
     try:
         return read(*job, size)
     except ValueError as err:
-        return err
+        return Unread(job[0], str(err).splitlines()[0])
 
 
 def check_all_read(results: list) -> None:
     """A one-line ValueError for the images that could not be read: the first one's error,
     the number of the others and a few of their names."""
-    errors = [r for r in results if isinstance(r, ValueError)]
-    if not errors:
+    unread = [r for r in results if isinstance(r, Unread)]
+    if not unread:
         return
     more = ""
-    if len(errors) > 1:
-        named = ", ".join(str(e).split(": ")[0] for e in errors[1:4])
+    if len(unread) > 1:
+        named = ", ".join(u.path for u in unread[1:4])
         more = (
-            f" ({len(errors) - 1} more cannot be read either: {named}{', ...' * (len(errors) > 4)})"
+            f" ({len(unread) - 1} more cannot be read either: {named}{', ...' * (len(unread) > 4)})"
         )
-    raise ValueError(f"{str(errors[0]).splitlines()[0]}{more}")
+    raise ValueError(f"{unread[0].error}{more}")
 
 
 def reserve_space(path: Path) -> None:
