@@ -47,6 +47,15 @@ def test_two_processes_train_the_run_one_process_trains(tmp_path, loss):
     for key in ("recall@1", "map@r", "nmi", "train_loss_change", "val_score"):
         assert two[key] == pytest.approx(one[key], abs=TOLERANCE), key
     assert two["best_epoch"] == one["best_epoch"]
+    assert (one["processes"], two["processes"]) == (1, 2)
+    # --nproc is not in the run id: one process finds the run finished, and says on how many
+    # it ran; the report's setup states it.
+    out = cli("run", "--loss", loss, *ARGS, "--results", tmp_path / "two")
+    assert "ran on 2 processes, not the 1 asked for" in out.output, out.output
+    out = cli("report", "--results", tmp_path / "two", "--out", tmp_path / "report")
+    assert out.exit_code == 0, out.output
+    pages = "".join(page.read_text() for page in (tmp_path / "report").glob("*.md"))
+    assert "; processes 2; 1 seed (0)." in pages
 
 
 def test_each_process_takes_its_slice_of_every_global_batch():

@@ -253,7 +253,15 @@ def test_the_setup_line_names_which_loss_had_which_value_and_counts_seeds(tmp_pa
     line = setup_line(load_runs(r)[0])
     assert "lr 0.001 (nngk, softmax) / 0.01 (contrastive)" in line
     assert "sampler 16 classes x 4 (contrastive) / random (nngk, softmax)" in line
-    assert line.endswith("; 3 seeds (0, 1, 2).")
+    # softmax ran one seed: the line says so, not "3 seeds" for every row
+    assert line.endswith("; 3 seeds (0, 1, 2); 1 seed (0) for softmax.")
+    assert "processes" not in line  # one process (or not recorded) is not stated
+    make_run(r, "s64", loss="softmax", seed=1, dims=64, processes=2)
+    make_run(r, "n64", loss="nngk", seed=1, dims=64, processes=1)
+    line = setup_line(load_runs(r)[0])
+    assert "; processes 1 (nngk) / 2 (softmax);" in line
+    ends = "; 3 seeds (0, 1, 2); 1 seed (1) for nngk 64-d, softmax 64-d; 1 seed (0) for softmax 16-d."
+    assert line.endswith(ends)
     assert seeds_text(pd.Series([0])) == "1 seed (0)"
     assert seeds_text(pd.Series([3, 1])) == "2 seeds (1, 3)"
     assert seeds_text(pd.Series(range(10))) == "10 seeds (0-9)"

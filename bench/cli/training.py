@@ -179,7 +179,8 @@ def train_distributed(
         run_dir = results / cfg.run_id()
         if share_from_main(ranks.main and store.is_finished(run_dir), ranks):
             if ranks.main:
-                click.echo(f"{run_dir}: finished, skipped")
+                note = processes_note(recorded(run_dir), ranks.world)
+                click.echo(f"{run_dir}: finished{note}, skipped")
             continue
         metrics = Trainer(cfg, run_dir, device).fit()
         if ranks.main:
@@ -187,6 +188,28 @@ def train_distributed(
         if "diverged" in metrics:
             diverged.append(cfg.run_id())
     return diverged
+
+
+def recorded(run_dir: Path) -> dict:
+    """A finished run's metrics, or none where they cannot be read (its skip line says less)."""
+    try:
+        return store.read_metrics(run_dir)
+    except ValueError:
+        return {}
+
+
+def processes_note(metrics: dict, asked: int) -> str:
+    """'; it ran on 1 process, not the 2 asked for' where a finished run's recorded processes
+    differ from this command's: --nproc is not in the run id, so the run is not trained again
+    (docs/cluster.md says how they differ)."""
+    ran = metrics.get("processes")
+    if not isinstance(ran, int) or ran == asked:
+        return ""
+    plural = "es" if ran > 1 else ""
+    return (
+        f"; it ran on {ran} process{plural}, not the {asked} asked for (--nproc is not in the "
+        "run id: another --results trains it apart)"
+    )
 
 
 def summary_line(metrics: dict) -> str:
@@ -221,6 +244,7 @@ def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
             raise ValueError(f"{run_dir.name}: finished, but {changed}")
         diverged = metrics.get("diverged")
         note = f"; it diverged at {diverged}" if diverged else ""
+        note += processes_note(metrics, 1)
         if store.staging_folder(run_dir).is_dir():  # a --force rerun, killed part-way
             note += f"; its --force rerun stopped part-way in {store.staging_folder(run_dir)}"
         click.echo(f"{run_dir}: finished{note}, skipped (--force redoes it)")

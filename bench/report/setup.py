@@ -86,10 +86,43 @@ def setup_line(part: pd.DataFrame) -> str:
     runs = (trained if len(trained) else part).reset_index(drop=True)  # rows matched by index
     labelled = labelled_settings(runs)
     fields = setup_of(runs, by="method", labelled=labelled)
-    seeds = fields.pop("seeds")
+    fields.pop("seeds")
     stated = [f"{name} {value}" for name, value in fields.items()]
-    text = "; ".join([*stated, *recipe_texts(runs, labelled)])
-    return f"Setup: {text}; {seeds}."
+    text = "; ".join([*stated, *recipe_texts(runs, labelled), *processes_text(runs)])
+    return f"Setup: {text}; {rows_seeds_text(runs)}."
+
+
+def rows_seeds_text(runs: pd.DataFrame) -> str:
+    """The seeds of a table's runs (`seeds_text`); where its rows ran different seeds, those
+    most rows ran, then each other set with its rows: '3 seeds (0, 1, 2); 1 seed (0) for
+    softmax', so that no row's single seed reads as three."""
+    if "method" not in runs:
+        return seeds_text(runs["seed"])
+    keys = ["method", "dims"] if "dims" in runs and runs["dims"].nunique() > 1 else ["method"]
+    sets = runs.groupby(keys)["seed"].agg(lambda s: tuple(sorted({int(v) for v in s.dropna()})))
+    if sets.nunique() <= 1:
+        return seeds_text(runs["seed"])
+    counts = sorted(sets.value_counts().items(), key=lambda item: (-item[1], item[0]))
+    texts = [seeds_text(pd.Series(counts[0][0], dtype=float))]
+    for seeds, _ in counts[1:]:
+        rows = [row_name(key) for key in sets.index[sets.map(seeds.__eq__)]]
+        texts.append(f"{seeds_text(pd.Series(seeds, dtype=float))} for {', '.join(rows)}")
+    return "; ".join(texts)
+
+
+def row_name(key: object) -> str:
+    """'softmax' for a row keyed by method, 'softmax 64-d' by method and size."""
+    return f"{key[0]} {key[1]}-d" if isinstance(key, tuple) else str(key)
+
+
+def processes_text(runs: pd.DataFrame) -> list[str]:
+    """'processes 2', with the rows of each count where they differ, where some run trained
+    on several (`run --nproc`); none for one process (or a run that did not record it), so
+    that the setup of one-process runs reads as before."""
+    counts = column_or_nan(runs, "processes")
+    if not (pd.to_numeric(counts, errors="coerce") > 1).any():
+        return []
+    return [f"processes {field_text(runs, 'processes', 'method')}"]
 
 
 def recipe_texts(runs: pd.DataFrame, labelled: Set[str]) -> list[str]:

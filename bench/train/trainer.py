@@ -378,8 +378,7 @@ class Trainer:
         store.save_test_embeddings(self.run_dir, emb, labels, scores, query_flags(self.data.test))
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
         store.save_train_embeddings(self.run_dir, train, train_labels)
-        # R@K and MAP@R on the training split: how far test falls from train (Liu et al. 2019,
-        # Table 1, R@1); no k-means, whose NMI no table reads.
+        # R@K, MAP@R on the training split: how far test falls from it (Liu et al. 2019, Table 1)
         train_metrics = evaluate(
             train, train_labels, seed=self.cfg.seed, clustering=False, **self.search
         )
@@ -395,6 +394,7 @@ class Trainer:
                 input_size=input_size(self.data),
                 sampler=sampler_text(self.cfg, self.loss, self.data),
                 split_counts=split_counts(self.data),
+                processes=self.ranks.world,
             )
         )
         return self.write_metrics(progress, metrics)
