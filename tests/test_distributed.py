@@ -4,14 +4,19 @@ network nothing depends on how the batch is split, so the tolerance only allows 
 of floating-point sums (measured: identical to 4 decimals for contrastive, NNGK and N-pair)."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
+from contextlib import suppress
+from pathlib import Path
 
 import pytest
 from torch.utils.data import BatchSampler, SequentialSampler
 
 from bench.train.distributed import Ranks, RankSlices
 from tests.conftest import cli, copy_baselines
+from tests.test_dispatch_interrupt import until
 
 TOLERANCE = 1e-3
 TINY = "glyphs:classes=20,instances=12"
@@ -92,3 +97,41 @@ def test_processes_that_share_a_gpu_take_gloo_and_the_gpus_in_turn(
         taken.append(local_device(cuda).index)
         assert local_device(cpu) == cpu
     assert taken == devices
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads Linux's /proc")
+def test_a_signal_to_the_command_stops_every_process_in_one_line(tmp_path):
+    # SIGINT to `run --nproc 2` alone (a scheduler's, or `kill -INT`): torchrun passes it on,
+    # each process stops at its checkpoint, one line says so (not one per process, and no
+    # torchrun traceback), and none is left training (the command had left both).
+    results, output = tmp_path / "results", tmp_path / "output.txt"
+    slow = [*ARGS, "--epochs", "300", "--nproc", "2", "--results", str(results)]
+    command = [sys.executable, "-m", "bench.cli", "run", "--loss", "nngk", *slow]
+    with open(output, "w") as out:  # not a pipe: a process left running would hold it open
+        parent = subprocess.Popen(command, stdout=out, stderr=out, start_new_session=True)
+    try:
+        until(lambda: "epoch 2/300" in output.read_text(), 120, "second epoch")
+        os.kill(parent.pid, signal.SIGINT)
+        assert parent.wait(timeout=60) == 130
+        left = [p for p in processes_naming(results) if p != parent.pid]
+    finally:
+        kill_left_over(results, parent.pid)
+    text = output.read_text()
+    assert text.count("interrupted") == 1 and "Traceback" not in text, text
+    assert left == []
+
+
+def processes_naming(results) -> list[int]:
+    """The live processes whose command line names `results`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with suppress(OSError):
+            if str(results) in cmdline.read_bytes().replace(b"\0", b" ").decode():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def kill_left_over(results, *pids: int) -> None:
+    for pid in {*processes_naming(results), *pids}:
+        with suppress(OSError):
+            os.kill(pid, signal.SIGKILL)

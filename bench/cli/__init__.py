@@ -22,6 +22,12 @@ from bench.util.progress import show_progress
 INTERRUPTED_ANYWHERE = "interrupted; nothing finished was lost: run the same command again"
 
 
+def first_process() -> bool:
+    """Whether this is the command's first (or only) process: under torchrun the first says
+    what stopped them all, once."""
+    return os.environ.get("RANK", "0") == "0"
+
+
 class OneLineErrors(click.Group):
     """A bad option value is one line, "Error: ...", without click's usage preamble; so is a
     file operation that fails (a full disk, a read-only folder) in any command; a Ctrl-C that
@@ -41,7 +47,8 @@ class OneLineErrors(click.Group):
         except OSError as err:
             raise click.ClickException(os_error_line(err)) from None
         except KeyboardInterrupt:  # files are written atomically: nothing is half-written
-            click.echo(INTERRUPTED_ANYWHERE, err=True)
+            if first_process():
+                click.echo(INTERRUPTED_ANYWHERE, err=True)
             sys.exit(130)
 
 

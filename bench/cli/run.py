@@ -161,8 +161,6 @@ def check_before_torchrun(configs: list, nproc: int) -> None:
 
 def relaunch_with_torchrun(nproc: int) -> None:
     """This command again, without --nproc, as `nproc` processes under torchrun (one machine)."""
-    import subprocess
-
     args, skip = [], False
     for arg in sys.argv[1:]:
         if skip or arg.startswith("--nproc="):
@@ -171,6 +169,23 @@ def relaunch_with_torchrun(nproc: int) -> None:
         skip = arg == "--nproc"
         if not skip:
             args.append(arg)
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command = [*launcher, f"--nproc_per_node={nproc}", "-m", "bench.cli", *args]
-    sys.exit(subprocess.run(command).returncode)
+    sys.exit(torchrun(["--standalone", f"--nproc_per_node={nproc}", "-m", "bench.cli", *args]))
+
+
+def torchrun(args: list[str]) -> int:
+    """torchrun with `args`, its agent in this process: its exit status, and on a Ctrl-C or
+    SIGTERM (which it passes to its processes, each stopping at its last checkpoint) or a
+    process's failure (which that process has said in one line) no traceback of its own."""
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import get_args_parser
+    from torch.distributed.run import run as launch
+
+    try:
+        launch(get_args_parser().parse_args(args))
+    except SignalException as stop:
+        return 128 + int(stop.sigval)
+    except ChildFailedError as failed:
+        code = next(iter(failed.failures.values())).exitcode
+        return 128 - code if code < 0 else code or 1  # -9: killed by SIGKILL
+    return 0

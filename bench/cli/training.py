@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bench.cli import first_process
 from bench.runs import store
 from bench.runs.config import changed_weights
 from bench.util.errors import first_line
@@ -89,7 +90,8 @@ def resumable_stops():
         with sigterm_interrupts():
             yield
     except KeyboardInterrupt as stop:
-        click.echo(INTERRUPTED, err=True)
+        if first_process():
+            click.echo(INTERRUPTED, err=True)
         sys.exit(128 + signal.SIGTERM if isinstance(stop, Terminated) else 130)
 
 
