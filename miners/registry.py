@@ -44,7 +44,14 @@ def get_miner_class(name: str) -> type:
 
 def build_miner(name: str, margin: float | None = None) -> nn.Module:
     """A miner; one that takes a margin gets the loss's own where given (PML's miner default
-    differs from it), the others their defaults."""
+    differs from it), the others their defaults. A miner that needs refreshing from the whole
+    training set is refused: the losses that take `--miner` do not refresh it."""
     cls = get_miner_class(name)
+    if hasattr(cls, "refresh"):  # a loss of its own refreshes it: contrastive-centroid's
+        raise ValueError(
+            f"the miner {name} mines from the class centroids of the whole training set, which "
+            "only --loss contrastive-centroid computes (with this loss it would draw any "
+            "negative); use that loss, or another --miner"
+        )
     takes_margin = "margin" in inspect.signature(cls.__init__).parameters
     return cls(margin=margin) if margin is not None and takes_margin else cls()

@@ -35,7 +35,6 @@ RUNS = {
     "npair": ("npair", None, 8),
     "softmax": ("softmax", None, 8),
     "triplet-all": ("triplet", "all", 8),
-    "triplet-centroid-hard-negative": ("triplet", "centroid-hard-negative", 8),
     "triplet-easy-positive": ("triplet", "easy-positive", 8),
     "triplet-semihard": ("triplet", "semihard", 8),
     "triplet-nca": ("triplet-nca", None, 8),

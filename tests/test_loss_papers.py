@@ -391,9 +391,18 @@ def test_centroid_table_survives_a_checkpoint():
     assert torch.equal(resumed.miner.table, loss.miner.table)
 
 
-def test_centroid_miner_through_the_registry():
-    miner = build_miner("centroid-hard-negative", margin=0.3)
-    assert isinstance(miner, CentroidHardNegativeMiner)
+def test_the_centroid_miner_is_refused_where_no_loss_refreshes_it():
+    # triplet, triplet-nca and pml: losses take --miner but never refresh a miner: its table
+    # stayed empty and every negative was any of the batch's (run as Algorithm 1's)
+    for loss in ("triplet", "triplet-nca", "pml:ContrastiveLoss"):
+        with pytest.raises(ValueError, match="only --loss contrastive-centroid computes"):
+            build_loss(loss, {"miner": "centroid-hard-negative"})
+    with pytest.raises(ValueError, match="or another --miner"):
+        build_miner("centroid-hard-negative", margin=0.3)
+
+
+def test_the_centroid_miner_mines_balanced_pairs_after_a_refresh():
+    miner = CentroidHardNegativeMiner()
     emb, labels, _ = training_set()
     miner.refresh(emb, labels)
     a, p, n_anchor, n = miner(emb[::2], labels[::2])
