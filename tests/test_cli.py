@@ -290,6 +290,9 @@ def test_losses_command_lists_losses_and_miners():
     ):
         assert name in out.output
     assert "sigma=10.0" in out.output and "update_interval=10" in out.output
+    assert "balanced pairs. (contrastive-centroid's own, which refreshes it; --miner refuses" in (
+        out.output
+    )
 
 
 def test_every_default_of_every_loss_names_its_source():

@@ -65,7 +65,8 @@ def list_losses():
         click.echo("\n".join(describe(name)))
     click.echo("\nminers (triplet --miner; their margin is the loss's):")
     for name, cls in sorted(MINERS.items()):
-        click.echo(f"{name}\n    {summary(cls)}")
+        own = " (contrastive-centroid's own, which refreshes it; --miner refuses it)"
+        click.echo(f"{name}\n    {summary(cls)}{own if hasattr(cls, 'refresh') else ''}")
     click.echo("\n".join(pml_lines()))
 
 
