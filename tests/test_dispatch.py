@@ -3,6 +3,7 @@ they would be Slurm jobs on a cluster), each run finished as `run` would finish 
 
 import json
 import math
+import os
 
 import click
 import pytest
@@ -30,6 +31,7 @@ def test_suite_with_the_local_executor_finishes_every_run(tmp_path):
     logs = list((tmp_path / "jobs").rglob("*_log.err"))
     assert len(logs) == 3, logs
     assert "job(s) submitted" in out.output
+    assert not (tmp_path / "jobs" / "%j").exists()  # submitit's template, made as a folder
 
 
 def test_a_failed_job_is_one_line_naming_its_logs(tmp_path):
@@ -41,6 +43,14 @@ def test_a_failed_job_is_one_line_naming_its_logs(tmp_path):
     assert message.startswith("1 job(s) failed: ") and "math domain error" in message
     assert str(tmp_path / "jobs") in message and "\n" not in message
     assert jobs[0].result() == 2.0
+
+
+def test_a_killed_job_is_said_to_be_killed(tmp_path):
+    executor = Dispatch("local").submitit_executor(tmp_path)
+    with pytest.raises(click.ClickException) as err:
+        wait([executor.submit(os.abort)], "a job")  # killed by a signal, as by the OOM killer
+    message = err.value.format_message()  # was submitit's first line: "Job N (task: 0) with path"
+    assert "it ended without a result: its process was killed (out of memory, or by a" in message
 
 
 def test_slurm_gets_one_run_a_job_and_local_its_shares():

@@ -7,6 +7,7 @@ submits or waits cancels its unfinished jobs (`stop`): none trains on behind its
 from __future__ import annotations
 
 import shutil
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -164,6 +165,9 @@ def wait(jobs: list, what: str) -> None:
             failed = failures(jobs)
         except Interrupted as signalled:
             stop(jobs, signalled.signum)
+        finally:  # submitit's folder template, made as a folder and left empty
+            with suppress(OSError):
+                (Path(folder) / "%j").rmdir()
     if failed:
         raise click.ClickException(
             f"{len(failed)} job(s) failed: {'; '.join(failed)}; their logs are in {folder}; "
@@ -184,11 +188,25 @@ def failures(jobs: list) -> list[str]:
     return failed
 
 
+# A job that ended without a result, by its state (a local job's, then Slurm's): why. It had
+# not raised (that would be its result), so its process ended without writing one.
+KILLED = "its process was killed (out of memory, or by a signal)"
+UNFINISHED = {
+    "FINISHED": KILLED,  # a local job's process that ended with no result written
+    "NO PROCESS AND NO RESULT": KILLED,
+    "COMPLETED": KILLED,
+    "OUT_OF_MEMORY": "Slurm's state OUT_OF_MEMORY: it ran out of memory",
+    "TIMEOUT": "Slurm's state TIMEOUT: it ran past --time-min",
+}
+
+
 def error_line(error: Exception) -> str:
     """The exception a job raised, from submitit's report (its traceback, then log paths)."""
     import re
 
     text = str(error)
+    if found := re.search(r"has not produced any output \(state: (.*)\)", text):
+        return f"it ended without a result: {UNFINISHED.get(found[1], f'state {found[1]}')}"
     trace = text.split("Traceback", 1)[-1].split("\n----", 1)[0]
     named = re.findall(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt)\b.*$", trace, re.M)
     return named[-1] if named else text.strip().splitlines()[0]
