@@ -77,6 +77,15 @@ def test_a_replaced_image_gets_a_new_cache(tmp_path):
     assert np.array_equal(cached(second, 4)[1], load_image(paths[1], None, 8))
 
 
+def test_a_box_outside_its_image_is_said_and_the_image_taken_whole(tmp_path, caplog):
+    paths = pictures(tmp_path / "img")
+    boxes = [[0, 0, 4, 4], [100, 100, 120, 130], None, [2, 1, 8, 8]]  # the 2nd lies outside
+    cache = build_cache(paths, boxes, 8, tmp_path / "cache", workers=1)
+    assert np.array_equal(cached(cache, 4)[1], load_image(paths[1], None, 8))
+    assert "1 image(s) have a bounding box with no area inside the image" in caplog.text
+    assert f"{paths[1]}: box (100, 100, 120, 130)" in caplog.text
+
+
 @pytest.mark.parametrize("damage", ["truncated", "other shape", "no sizes"])
 def test_a_broken_cache_is_rebuilt(tmp_path, damage, caplog):
     paths = pictures(tmp_path / "img")

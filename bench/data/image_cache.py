@@ -73,14 +73,15 @@ def load_image(path: str, box: tuple[float, float, float, float] | None, size: i
 
 
 def cached_shape(path: str, box: tuple[float, float, float, float] | None, size: int):
-    """(height, width) that `load_image` will give, read from the file's header alone."""
+    """(height, width) that `load_image` will give, read from the file's header alone, and
+    whether the image has a box that lies outside it (the whole image is then taken)."""
     with opened(path) as img:
         region = box_region(img.size, box)
         width_height = (
             img.size if region is None else (region[2] - region[0], region[3] - region[1])
         )
         w, h = resized_size(width_height, size)
-        return h, w
+        return h, w, box is not None and region is None
 
 
 @contextmanager
@@ -273,7 +274,8 @@ def fill_cache(
     with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
         shapes = list(pool.map(lambda job: tried(cached_shape, job, size), jobs))
         check_all_read(shapes)
-        sizes = np.array(shapes, np.int64).reshape(len(jobs), 2)
+        say_whole_images(jobs, [outside for *_, outside in shapes])
+        sizes = np.array([shape[:2] for shape in shapes], np.int64).reshape(len(jobs), 2)
         offsets = pixel_offsets(sizes)
         array = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(int(offsets[-1]),))
         reserve_space(tmp)
@@ -295,6 +297,18 @@ def fill_cache(
     array.flush()
     del array
     np.save(tmp_sizes, sizes.reshape(len(paths), 2))
+
+
+def say_whole_images(jobs: list[tuple], outside: list[bool]) -> None:
+    """A line for the images whose bounding box lies outside them (a box list of another
+    set, or in other units): each is cached whole, as one without a box."""
+    found = [job for job, out in zip(jobs, outside, strict=True) if out]
+    if found:
+        path, box = found[0]
+        log.warning(
+            f"{len(found)} image(s) have a bounding box with no area inside the image, and are "
+            f"taken whole (e.g. {path}: box {tuple(box)}); check the data set's box list"
+        )
 
 
 @dataclass(frozen=True)
