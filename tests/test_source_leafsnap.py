@@ -102,3 +102,15 @@ def test_not_found_names_the_data_root_the_layout_and_how_to_give_another(
     message = _error(root)
     assert LAYOUT in message and SOURCE in message and f"looked in the data root {root};" in message
     assert "pass --data-root ROOT or set $NNGK_DATA=ROOT" in message
+
+
+def test_one_species_spelled_two_ways_is_refused(tmp_path: Path) -> None:
+    # two of its rows' species in upper case and with a doubled space: two classes of one
+    index = _index(tmp_path)
+    header, first, *rest = index.read_text().splitlines()
+    fields = first.split("\t")
+    name = fields[3]
+    fields[3] = "  ".join(name.upper().split(" "))
+    index.write_text("\n".join([header, "\t".join(fields), *rest]) + "\n")
+    message = _error(index.parent)
+    assert INDEX in message and f"{name!r}" in message and "spell it one way" in message

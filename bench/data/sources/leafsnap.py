@@ -65,7 +65,19 @@ def read_index(path: Path) -> pd.DataFrame:
     odd = sorted(set(df["source"]) - set(SOURCES))
     if odd:
         raise _bad(path, f"source must be lab or field, found {odd[0]!r}")
+    check_species_spelled_once(path, df["species"])
     return df
+
+
+def check_species_spelled_once(path: Path, species: pd.Series) -> None:
+    """A one-line ValueError for two spellings of one species that differ only in case or
+    spaces ('Acer rubrum', 'acer  rubrum'): each would be a class of its own."""
+    names = sorted(set(species))
+    folded = pd.Series(names).map(lambda n: " ".join(n.casefold().split()))
+    twice = folded[folded.duplicated(keep=False)]
+    if len(twice):
+        first, second = (names[i] for i in twice.index[:2])
+        raise _bad(path, f"names one species as {first!r} and {second!r}; spell it one way")
 
 
 @reads_data_root
