@@ -140,7 +140,8 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
     }
     text = (out / "classification.md").read_text()
     (setup,) = [x for x in text.splitlines() if x.startswith("Setup of ")]  # one classify table
-    assert setup.startswith("Setup of cub-classify: ") and setup.endswith("; 2 seeds (0, 1).")
+    assert setup.startswith("Setup of cub-classify: ")
+    assert setup.endswith("; 2 seeds (0, 1); 1 seed (0) for softmax 2048-d.")  # resnet50's one
     section = text.split("## Ablation")[1].split("## Published")[0]
     by_setting = {(row[4], row[5]): row[6:] for row in md_rows(section)[1:]}
     assert by_setting == {
@@ -361,6 +362,7 @@ def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path
                 protocol="linear",
                 data_protocol=split,
                 tables={"mprec.csv": curve},
+                config={"feature_dims": 64, "fit_size": 900, "params": {"lr": value / 9}},
                 **{"mprec@1": value, "mprec@10": curve["mprec"][9], "mprec@50": 0.5},
             )
     df, _ = load_runs(r)
@@ -383,6 +385,14 @@ def test_linear_methods_get_a_table_per_split_with_mprec_and_its_figure(tmp_path
         (tmp_path / "out" / "digits-classify-linear-mprec.png").read_bytes().startswith(b"\x89PNG")
     )
     assert "digits-linear-mprec.png" in (tmp_path / "out" / "README.md").read_text()
+    # no network was trained: not the defaults' "backbone small_cnn; epochs 20" (their record
+    # has none), but what the methods were fitted on and with
+    page = (tmp_path / "out" / "digits-linear.md").read_text()
+    assert "Setup: linear methods (Sharma et al. 2015), no network trained, fitted on the " \
+        "inputs as given (64-d, 900 training items); parameters: nml: lr 0.1; pca: lr 0.0888889; " \
+        "1 seed (0)." in page  # fmt: skip
+    table = pd.read_csv(tmp_path / "out" / "digits-linear.csv").set_index("method")
+    assert table.loc["nml", ["backbone", "epochs", "lr"]].tolist() == ["-", "-", "-"]
 
 
 def test_a_table_with_many_methods_is_built_without_pandas_warnings():

@@ -7,11 +7,13 @@ from collections.abc import Set
 
 import pandas as pd
 
+from bench.protocols import PROTOCOLS
 from bench.report.runs import (
     DEFAULTS,
     column_or_nan,
     format_value,
     labelled_settings,
+    read_config,
     setting_text,
     trained_runs,
 )
@@ -84,12 +86,48 @@ def setup_line(part: pd.DataFrame) -> str:
     table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
     runs = (trained if len(trained) else part).reset_index(drop=True)  # rows matched by index
+    if len(trained) and not trained["protocol"].map(trains_network).any():
+        return linear_setup_line(runs)
     labelled = labelled_settings(runs)
     fields = setup_of(runs, by="method", labelled=labelled)
     fields.pop("seeds")
     stated = [f"{name} {value}" for name, value in fields.items()]
     text = "; ".join([*stated, *recipe_texts(runs, labelled), *processes_text(runs)])
     return f"Setup: {text}; {rows_seeds_text(runs)}."
+
+
+def trains_network(protocol: object) -> bool:
+    """Whether runs of this protocol train a network (a linear method's do not)."""
+    return protocol not in PROTOCOLS.names() or PROTOCOLS.get_class(protocol).trains
+
+
+def untrained_fields(runs: pd.DataFrame) -> dict[str, str]:
+    """'-' for the network's fields of runs that train none (a linear method's: their record
+    has no backbone, epochs or optimizer, which would read as the defaults)."""
+    if "protocol" not in runs or runs["protocol"].map(trains_network).any():
+        return {}
+    return dict.fromkeys(SETUP.values(), "-")
+
+
+def linear_setup_line(runs: pd.DataFrame) -> str:
+    """The setup of `nngk-bench linear`'s runs, which train no network (their records hold no
+    backbone, epochs or optimizer): what they were fitted on, each method's parameters as its
+    config.json recorded them, and the seeds."""
+    configs = [read_config(path) for path in runs["path"]]
+    fitted = sorted({f"{c['feature_dims']}-d" for c in configs if "feature_dims" in c})
+    items = sorted({str(c["fit_size"]) for c in configs if "fit_size" in c})
+    methods = {}
+    for method, config in zip(runs["method"], configs, strict=True):
+        params = config.get("params") if isinstance(config.get("params"), dict) else {}
+        methods.setdefault(method, set()).add(
+            ", ".join(f"{k} {format_value(v)}" for k, v in sorted(params.items())) or "none"
+        )
+    stated = "; ".join(f"{m}: {' / '.join(sorted(p))}" for m, p in sorted(methods.items()))
+    return (
+        f"Setup: linear methods (Sharma et al. 2015), no network trained, fitted on the "
+        f"inputs as given ({' / '.join(fitted) or '-'}, {' / '.join(items) or '-'} training "
+        f"items); parameters: {stated}; {rows_seeds_text(runs)}."
+    )
 
 
 def rows_seeds_text(runs: pd.DataFrame) -> str:
@@ -142,5 +180,8 @@ def recipe_texts(runs: pd.DataFrame, labelled: Set[str]) -> list[str]:
 
 def setup_columns(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     """setup_of per group of `keys` (e.g. a table's method and size), one column per field."""
-    rows = [{**dict(zip(keys, key, strict=True)), **setup_of(g)} for key, g in df.groupby(keys)]
+    rows = [
+        {**dict(zip(keys, key, strict=True)), **setup_of(g), **untrained_fields(g)}
+        for key, g in df.groupby(keys)
+    ]
     return pd.DataFrame(rows, columns=[*keys, *SETUP.values(), "seeds"])
