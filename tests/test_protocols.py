@@ -18,7 +18,11 @@ from bench.data.sources.flowers102 import read_flowers102
 from bench.data.sources.leafsnap import read_leafsnap
 from bench.data.sources.tinyimagenet import read_tinyimagenet
 from bench.data.splits import make_splits
+from bench.evaluation.pair_scoring import pair_report, validation_threshold
 from bench.protocols import get_protocol
+from bench.runs.config import RunConfig
+from bench.train.loaders import load_data
+from bench.util.arrays import l2_normalised
 from tests.fixtures.cars196 import make_cars196
 from tests.fixtures.cub import make_cub
 from tests.fixtures.flowers102 import make_flowers102
@@ -380,6 +384,30 @@ def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, m
     assert set(get_protocol("pairs").columns) <= set(metrics)  # the report's columns
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_pair_accuracy" in history
+    # both baselines carry the pair metrics too, as their table's rows show them
+    for base in (tmp_path / "r").glob("*-untrained-*"):
+        assert set(get_protocol("pairs").columns) <= set(
+            json.loads((base / "metrics.json").read_text())
+        )
+    if dataset == "digits":  # the raw inputs' against a plain computation of the same
+        (raw,) = (tmp_path / "r").glob("*-untrained-d64-*")
+        assert raw_pair_metrics(RunConfig(dataset="digits", protocol="pairs")) == pytest.approx(
+            {k: v for k, v in json.loads((raw / "metrics.json").read_text()).items()
+             if k.startswith(("seen_", "unseen_", "threshold"))}
+        )  # fmt: skip
+
+
+def raw_pair_metrics(cfg) -> dict:
+    """Seen and unseen verification of the L2-normalised raw inputs at the threshold of their
+    validation pairs."""
+    data = load_data(cfg)
+
+    def split(part):
+        return l2_normalised(part.inputs()), np.asarray(part.labels)
+
+    threshold = validation_threshold(*split(data.val))
+    splits = {"seen": split(data.test), "unseen": split(data.unseen)}
+    return pair_report(splits, threshold, data.class_names)[0]
 
 
 def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):

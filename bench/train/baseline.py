@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,7 @@ from bench.runs.config import (
     untrained_label,
     weights_record,
 )
-from bench.train.evaluations import retrieval_scores
+from bench.train.evaluations import evaluations_of, retrieval_scores
 from bench.train.loaders import input_size, load_data
 from bench.train.optimizers import optimizer_text
 from bench.util.arrays import l2_normalised
@@ -102,14 +103,14 @@ def run_baseline(
     `data`: the run's data, when it is loaded already."""
     device = device or default_device()
     data = load_data(cfg) if data is None else data
-    labels = np.asarray(data.test.labels)
     raw = data.test.inputs()
     raw_cfg = baseline_config(cfg, raw.shape[1], backbone="none", embedding="inputs")
-    given = dict(
-        labels=labels, results=results, inputs=input_size(data), queries=query_flags(data.test)
-    )
-    given["device"] = search_device(device)  # None: faiss on the CPU
-    runs = [write_baseline(raw_cfg, "raw inputs", lambda: raw, **given)]
+    given = dict(data=data, results=results, device=search_device(device))  # None: faiss
+
+    def inputs(split) -> np.ndarray:
+        return raw if split is data.test else split.inputs()
+
+    runs = [write_baseline(raw_cfg, "raw inputs", inputs, **given)]
     seed_everything(cfg.seed)
     model = build_model(
         cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels, image_size=cfg.crop
@@ -118,8 +119,8 @@ def run_baseline(
     net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
     label = untrained_label(cfg.backbone, cfg.pretrained, current_weights_label(cfg.pretrained))
 
-    def features() -> np.ndarray:
-        return embed(model, data.test, device, features=True, workers=cfg.workers)[0].numpy()
+    def features(split) -> np.ndarray:
+        return embed(model, split, device, features=True, workers=cfg.workers)[0].numpy()
 
     runs.append(write_baseline(net_cfg, label, features, **given))
     return runs
@@ -128,16 +129,15 @@ def run_baseline(
 def write_baseline(
     base: RunConfig,
     label: str,
-    features: Callable[[], np.ndarray],
-    labels: np.ndarray,
+    features_of: Callable[[Any], np.ndarray],
+    data: DataSplits,
     results: Path,
-    inputs: str,
-    queries: np.ndarray | None = None,
     device: torch.device | None = None,
 ) -> Path:
-    """A baseline's run folder, evaluated unless it is finished already, searched as its
-    protocol searches (`queries`: the test split's query flags, for a protocol with a gallery;
-    `device`: the search's, None for faiss on the CPU)."""
+    """A baseline's run folder, evaluated unless it is finished already (`features_of(split)`:
+    its features of a split of `data`), searched as its protocol searches, with what its
+    protocol's evaluations give without a trained part (`Evaluation.baseline`: the pairs'
+    verification); `device`: the search's, None for faiss on the CPU."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         changed = changed_weights(store.read_metrics(run_dir), base.pretrained)
@@ -145,7 +145,8 @@ def write_baseline(
             return run_dir
         log.info(f"{run_dir.name}: {changed.split('; ')[0]}: evaluated again")
     log.info(f"{run_dir.name}: the baseline {label!r} on the {base.dataset} test split")
-    embeddings = l2_normalised(features())
+    embeddings = l2_normalised(features_of(data.test))
+    labels, queries = np.asarray(data.test.labels), query_flags(data.test)
     record = {**base.to_dict(), "features": label, "versions": package_versions()}
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
@@ -153,8 +154,14 @@ def write_baseline(
         protocol, embeddings, labels, queries, base.seed, base.clustering, device,
         recall_ks(base.dataset),
     )  # fmt: skip
+
+    def normalised(split) -> np.ndarray:
+        return embeddings if split is data.test else l2_normalised(features_of(split))
+
+    for evaluation in evaluations_of(protocol.evaluations):
+        metrics.update(evaluation.baseline(data, normalised))
     metrics.update(embedding_health(embeddings, labels, seed=base.seed))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
-    metrics.update(run_summary(base, features=label, input_size=inputs))
+    metrics.update(run_summary(base, features=label, input_size=input_size(data)))
     atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

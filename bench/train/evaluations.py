@@ -7,7 +7,7 @@ Each evaluation takes the trainer as `run`: its data, `embed_split`, loss and ru
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,6 +33,11 @@ class Evaluation:
         return {}
 
     def test(self, run: Any, emb: np.ndarray, labels: np.ndarray, write_tables: bool) -> dict:
+        return {}
+
+    def baseline(self, data: Any, features_of: Callable[[Any], np.ndarray]) -> dict:
+        """The same metrics of a baseline (`features_of(split)`: its L2-normalised features
+        of a split of `data`), where they need no trained part; else none."""
         return {}
 
 
@@ -139,3 +144,12 @@ class Verification(Evaluation):
         for name, table in tables.items() if write_tables else ():
             atomic_write_text(run.run_dir / f"{name}.csv", table.to_csv(index=False))
         return scores
+
+    def baseline(self, data: Any, features_of: Callable[[Any], np.ndarray]) -> dict:
+        """Seen and unseen verification of the raw inputs or the untrained network, at the
+        threshold chosen on their validation pairs, as a trained run's."""
+        splits = {"seen": (features_of(data.test), np.asarray(data.test.labels))}
+        if data.unseen is not None:
+            splits["unseen"] = (features_of(data.unseen), np.asarray(data.unseen.labels))
+        threshold = validation_threshold(features_of(data.val), np.asarray(data.val.labels))
+        return pair_report(splits, threshold, data.class_names)[0]
