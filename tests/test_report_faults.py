@@ -256,8 +256,9 @@ def test_the_setup_line_names_which_loss_had_which_value_and_counts_seeds(tmp_pa
     # softmax ran one seed: the line says so, not "3 seeds" for every row
     assert line.endswith("; 3 seeds (0, 1, 2); 1 seed (0) for softmax.")
     assert "processes" not in line  # one process (or not recorded) is not stated
-    make_run(r, "s64", loss="softmax", seed=1, dims=64, processes=2)
-    make_run(r, "n64", loss="nngk", seed=1, dims=64, processes=1)
+    same = dict(lr=0.001, sampler="random")  # as their loss's other runs: no label
+    make_run(r, "s64", loss="softmax", seed=1, dims=64, processes=2, **same)
+    make_run(r, "n64", loss="nngk", seed=1, dims=64, processes=1, **same)
     line = setup_line(load_runs(r)[0])
     assert "; processes 1 (nngk) / 2 (softmax);" in line
     ends = "; 1 seed (1) for nngk 64-d, softmax 64-d; 1 seed (0) for softmax 16-d."

@@ -134,9 +134,10 @@ def rows_seeds_text(runs: pd.DataFrame) -> str:
     """The seeds of a table's runs (`seeds_text`); where its rows ran different seeds, those
     most rows ran, then each other set with its rows: '3 seeds (0, 1, 2); 1 seed (0) for
     softmax', so that no row's single seed reads as three."""
-    if "method" not in runs:
+    row = next((c for c in ("name", "method") if c in runs), None)  # a row's label
+    if row is None:
         return seeds_text(runs["seed"])
-    keys = ["method", "dims"] if "dims" in runs and runs["dims"].nunique() > 1 else ["method"]
+    keys = [row, "dims"] if "dims" in runs and runs["dims"].nunique() > 1 else [row]
     sets = runs.groupby(keys)["seed"].agg(lambda s: tuple(sorted({int(v) for v in s.dropna()})))
     if sets.nunique() <= 1:
         return seeds_text(runs["seed"])
