@@ -51,7 +51,10 @@ def test_each_tuned_start_meets_its_own_default_and_fold_models_are_averaged_per
     assert mapr.loc[("nca", "random init"), "verdict"] == "- (one seed)"
     assert "npair" not in set(table["loss"])
     text = files["tuned-vs-default.md"].decode()
-    assert text.count("\nSetup: ") == len(set(table["table"]))  # one under each table's title
+    # the defaults' setup and the tuned runs' apart, under each table's title (the tuned runs'
+    # was left out: two copies of the defaults' read as the setup of both)
+    assert text.count("\nSetup of the defaults: ") == len(set(table["table"]))
+    assert text.count("\nSetup of the tuned runs: ") == len(set(table["table"]))
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in text.splitlines()]
     # t(2) 4.303 x 0.01 / sqrt(3) = 2.48
     assert ["contrastive", "64", "random init", "contrastive, random init", "MAP@R"] + [
@@ -96,3 +99,22 @@ def test_two_studies_of_one_loss_are_two_rows_never_one_mean():
     )
     assert set(mapr["method"]) == {f"contrastive (study {s})" for s in mapr.index}
     assert (mapr["tuned_seeds"] == 2).all()
+
+
+def test_the_study_of_a_tuned_run_is_read_from_its_config(tmp_path):
+    # Real tuned runs record their study in config.json only: the rows above were read with
+    # no study at all, and two studies of one loss made one mean in every table.
+    from bench.report.runs import load_runs
+    from tests.test_report_tables import make_run
+
+    studies = ("glyphs-nngk-d16-t2-e1-f2-s0", "glyphs-nngk-d16-t2-e1-f2-s0-sigma-0.5")
+    for i, study in enumerate(studies):
+        for seed in (0, 1):
+            make_run(tmp_path, f"{i}-{seed}", loss="nngk", seed=seed, preset="tuned",
+                     config={"tuned": study}, **{"map@r": 0.1 + i / 10})  # fmt: skip
+    make_run(tmp_path, "plain", loss="nngk")
+    df = load_runs(tmp_path)[0].set_index("run")
+    assert df.loc["1-0", "tuned"] == studies[1] and df.loc["plain", "tuned"] == ""
+    table = pd.read_csv(pd.io.common.BytesIO(tuned_default_files(df)["tuned-vs-default.csv"]))
+    mapr = table[table["metric"] == "map@r"].set_index("study")["tuned_mean"]
+    assert mapr.to_dict() == pytest.approx({studies[0]: 0.1, studies[1]: 0.2})

@@ -84,6 +84,8 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
         "warnings": "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings),
         **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
         "weights": str(weights),
+        # the study a tuned run's settings came from: config.json records it, metrics.json not
+        "tuned": _scalar(metrics.get("tuned", config.get("tuned", DEFAULTS.tuned))) or "",
         "m_per_class": drawn_per_class(metrics.get("sampler"), config, metrics),
         **{f"param_{k}": _scalar(v) for k, v in sorted(params.items()) if k != "miner"},
         "init_map@r": init.get("map@r"),

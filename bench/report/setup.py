@@ -86,7 +86,7 @@ def setup_line(part: pd.DataFrame) -> str:
     table's trained runs (its baselines are not trained)."""
     trained = trained_runs(part)
     runs = (trained if len(trained) else part).reset_index(drop=True)  # rows matched by index
-    if len(trained) and not trained["protocol"].map(trains_network).any():
+    if len(trained) and not column_or_nan(trained, "protocol").map(trains_network).any():
         return linear_setup_line(runs)
     labelled = labelled_settings(runs)
     fields = setup_of(runs, by="method", labelled=labelled)

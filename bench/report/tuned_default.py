@@ -127,7 +127,10 @@ def tuned_default_files(df: pd.DataFrame, name: str = TUNED_DEFAULT) -> Files:
         return {}
     sections = [f"# Tuned settings against the shipped defaults, on the test split\n\n{SETUP}"]
     for table, part in rows.groupby("table", sort=True):
-        setup = setup_line(df[df["table"].isin([table, table.removesuffix(TUNED_SUFFIX)])])
+        setup = "\n\n".join(
+            setup_line(df[df["table"] == shown]).replace("Setup:", f"Setup of {which}:", 1)
+            for which, shown in (("the defaults", table), ("the tuned runs", table + TUNED_SUFFIX))
+        )  # apart: a field would name one loss for both ("lr 0.001 (nngk) / 0.0003 (nngk)")
         sections.append(f"## {table}\n\n{setup}\n\n{github_table(markdown_rows(part), HEADERS)}")
     return {
         f"{name}.md": "\n\n".join(sections).encode(),
