@@ -261,7 +261,7 @@ def test_the_setup_line_names_which_loss_had_which_value_and_counts_seeds(tmp_pa
     make_run(r, "n64", loss="nngk", seed=1, dims=64, processes=1, **same)
     line = setup_line(load_runs(r)[0])
     assert "; processes 1 (nngk) / 2 (softmax);" in line
-    ends = "; 1 seed (1) for nngk 64-d, softmax 64-d; 1 seed (0) for softmax 16-d."
+    ends = "; 1 seed (1) for nngk 64-d / softmax 64-d; 1 seed (0) for softmax 16-d."
     assert line.endswith("; 3 seeds (0, 1, 2)" + ends)
     assert seeds_text(pd.Series([0])) == "1 seed (0)"
     assert seeds_text(pd.Series([3, 1])) == "2 seeds (1, 3)"

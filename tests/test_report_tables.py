@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
+from bench.report.classification import ablation_table
 from bench.report.runs import load_runs, variant_labels
 from bench.report.table_format import mean_ci_table
 from bench.report.write import write_report
@@ -123,6 +124,23 @@ def test_classification_table_has_a_row_per_backbone_and_a_column_per_loss(
     assert row_of(paper, "Table 3", "alexnet")[-2:] == ["66.95", "62.41"]
 
 
+def test_the_ablation_keeps_other_settings_apart_and_a_seeds_copies_as_one(classify_results):
+    # Before: a 3-epoch run joined the 20-epoch row (one mean of both), and a copy of a seed
+    # counted as one more run.
+    cub = dict(dataset="cub", protocol="classify", backbone="vgg16", pretrained="imagenet")
+    cub.update(embedding="backbone", dims=4096, freeze_backbone=False, train_per_class=0)
+    learned = {"sigma": 100.0, "k": 100, "update_interval": 10, "learn_weights": True}
+    make_run(classify_results, "longer", loss="nngk", seed=0, accuracy=0.3, epochs=3,
+             loss_params=learned, **cub)  # fmt: skip
+    make_run(classify_results, "copy", loss="nngk", seed=1, accuracy=0.95, loss_params=learned,
+             **cub)  # fmt: skip
+    table = ablation_table(load_runs(classify_results)[0])
+    trained = table[(table["fine_tune"] == "yes") & (table["learn_weights"] == "yes")]
+    got = {row.variant: (round(row.mean, 6), row.runs) for row in trained.itertuples()}
+    # seeds 0 and 1 at 20 epochs, seed 1 the mean of its copies 0.85 and 0.95
+    assert got == {"nngk, 20 epochs": (0.825, 2), "nngk, 3 epochs": (0.3, 1)}
+
+
 def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
     classify_results, tmp_path
 ):
@@ -141,9 +159,14 @@ def test_ablation_holds_learned_and_fixed_weights_trained_and_frozen_backbones(
     text = (out / "classification.md").read_text()
     (setup,) = [x for x in text.splitlines() if x.startswith("Setup of ")]  # one classify table
     assert setup.startswith("Setup of cub-classify: ")
-    assert setup.endswith("; 2 seeds (0, 1); 1 seed (0) for softmax 2048-d.")  # resnet50's one
+    # the rows' own seeds: the two vgg16 cells ran 2, the ablation's variants and resnet50's 1
+    assert setup.endswith(
+        "; 1 seed (0); 2 seeds (0, 1) for nngk, vgg16, trained backbone, all per class, learned "
+        "weights 4096-d / softmax, vgg16, trained backbone, all per class 4096-d."
+    )
     section = text.split("## Ablation")[1].split("## Published")[0]
-    by_setting = {(row[4], row[5]): row[6:] for row in md_rows(section)[1:]}
+    by_setting = {(row[5], row[6]): row[7:] for row in md_rows(section)[1:]}
+    assert {row[4] for row in md_rows(section)[1:]} == {"nngk"}  # no other setting differs
     assert by_setting == {
         ("yes", "yes"): ["80.00 ± 63.53", "2"],
         ("no", "yes"): ["50.00", "1"],

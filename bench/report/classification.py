@@ -17,6 +17,7 @@ from bench.report.table_format import (
     cell,
     github_table,
     mean_ci_table,
+    one_per_seed,
     parse_setting,
     percent,
     published_section,
@@ -33,7 +34,8 @@ CLASSIFY_ROWS = {
 }
 
 
-ABLATION_ROWS = {**CLASSIFY_ROWS, "learn_weights": "learn weights", "fine_tune": "fine-tune"}
+ABLATION_ROWS = {**CLASSIFY_ROWS, "variant": "loss", "learn_weights": "learn weights"}
+ABLATION_ROWS["fine_tune"] = "fine-tune"
 # How the runs differ in the ablation; the classification table holds the standard runs.
 ABLATION_SETTINGS = ("freeze_backbone", "param_learn_weights", "train_per_class")
 
@@ -78,10 +80,15 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
     if not (frozen_backbone(runs).any() or fixed_weights(runs).any()):
         return pd.DataFrame()
     runs = runs.assign(
-        learn_weights=_yes_no(~fixed_weights(runs)), fine_tune=_yes_no(~frozen_backbone(runs))
+        learn_weights=_yes_no(~fixed_weights(runs)),
+        fine_tune=_yes_no(~frozen_backbone(runs)),
+        # any other setting that differs (epochs, sigma) makes a row of its own, as it does
+        # in the classification table
+        variant=variant_labels(runs, ABLATION_SETTINGS + tuple(CLASSIFY_ROWS)),
     )
-    keys = [*CLASSIFY_ROWS, "fine_tune", "learn_weights"]
-    grouped = runs.groupby(keys, sort=True, dropna=False)["accuracy"]
+    keys = [*CLASSIFY_ROWS, "variant", "fine_tune", "learn_weights"]
+    seeds = one_per_seed(runs, keys, ["accuracy"])  # copies of a seed: one run, their mean
+    grouped = seeds.groupby(keys, sort=True, dropna=False)["accuracy"]
     table = grouped.agg(["mean", t_halfwidth, "size"]).reset_index()
     return table.rename(columns={"size": "runs", "t_halfwidth": "ci"})
 
@@ -132,7 +139,8 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
         return {}
     text = (
         "# Classification: test accuracy x100 per backbone and loss\n\n"
-        f"{INTERVAL.capitalize()} (runs = runs in the row); trained backbone, learned NNGK "
+        f"{INTERVAL.capitalize()} (runs = the distinct seeds in the row; the setup line says "
+        "which cells have fewer); trained backbone, learned NNGK "
         "weights, every training image (Meyer et al. 2018 Tables 3 and 4).\n\n"
     )
     files: Files = {}

@@ -145,7 +145,7 @@ def rows_seeds_text(runs: pd.DataFrame) -> str:
     texts = [seeds_text(pd.Series(counts[0][0], dtype=float))]
     for seeds, _ in counts[1:]:
         rows = [row_name(key) for key in sets.index[sets.map(seeds.__eq__)]]
-        texts.append(f"{seeds_text(pd.Series(seeds, dtype=float))} for {', '.join(rows)}")
+        texts.append(f"{seeds_text(pd.Series(seeds, dtype=float))} for {' / '.join(rows)}")
     return "; ".join(texts)
 
 
