@@ -24,6 +24,7 @@ from bench.classic.projections import PCAProjection
 from bench.cli import main
 from bench.data.feature_files import FeatureSplits
 from bench.data.features import load_features
+from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import METRIC_KEYS, evaluate
 from bench.evaluation.retrieval import mprec_at_k
 from bench.protocols import get_protocol
@@ -294,6 +295,9 @@ def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
         assert curve["mprec"].iloc[9] == pytest.approx(metrics["mprec@10"])
         emb = np.load(run_dir / "test_embeddings.npz")
         assert emb["embeddings"].shape == (896, metrics["dims"])
+        # the report's health table reads these (it left the methods out without them)
+        health = embedding_health(emb["embeddings"], emb["labels"], seed=0)
+        assert {k: metrics[k] for k in health} == pytest.approx(health, nan_ok=True)
     config = json.loads((runs["nml"] / "config.json").read_text())
     assert config["params"] == {**method_defaults("nml"), "pairs": 4000, "iterations": 20000}
     assert config["params"]["bias"] == 0.1 and config["params"]["margin"] == 0.02

@@ -25,6 +25,7 @@ from bench.data.features import load_features
 from bench.data.identity import data_identity
 from bench.data.names import FEATURES_PREFIX
 from bench.data.recall_ks import recall_ks
+from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.evaluation.retrieval import MPREC_KS, mprec_at_k
 from bench.protocols import DEFAULT_PROTOCOL, FeatureFile, Linear, shown_protocol
@@ -151,6 +152,7 @@ def run_linear_method(
     metrics = {
         **found,
         **mprec_metrics(curve),
+        **embedding_health(emb, labels, seed=seed),  # the report's health table, as a run's
         "dataset": dataset,
         "protocol": Linear.registry_name,
         "data_protocol": protocol,
