@@ -110,9 +110,9 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
     headers = ["loss", "dims", "split", "", "rank", "category", "Acc.", "FAR", "FRR", "seeds"]
     text = (
         f"# {table}: the {BEST_WORST} best and worst categories per loss and split\n\n"
-        "Pair verification per category (10 positive + 10 negative pairs per test image; fewer "
-        "positive ones where its class has fewer other test images, none for a class of one), "
-        f"x100, {INTERVAL}, ranked by mean accuracy.\n\n{setup_line(part)}\n\n"
+        "Pair verification per category (10 positive + 10 negative pairs per test image; the "
+        "positive ones repeat where its class has fewer other test images, and an image alone in "
+        f"its class has none), x100, {INTERVAL}, ranked by mean accuracy.\n\n{setup_line(part)}\n\n"
         + github_table(rows, headers)
         + categories_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )
