@@ -491,3 +491,19 @@ def test_a_run_whose_embeddings_cannot_be_searched_is_left_out_not_the_table(tmp
     assert skipped and "some values are NaN or infinite: they cannot be searched" in skipped[0]
     table = pd.read_csv(out / "digits.csv").set_index("method")
     assert table.loc["contrastive", "runs"] == 1 and table.loc["lifted", "runs"] == 2
+
+
+def test_baselines_of_two_input_pipelines_are_two_rows_never_one_mean(tmp_path):
+    # Runs at two resize/crop settings write a baseline each; both read "untrained
+    # small_cnn (random init)" and were averaged as copies of one seed.
+    r = tmp_path / "r"
+    for size, value in ((32, 0.2), (48, 0.4)):
+        for kind in ("raw", "net"):
+            backbone = {"raw": {"backbone": "none"}, "net": {"backbone": "small_cnn"}}[kind]
+            make_run(r, f"{kind}{size}", loss="untrained", dataset="cub", resize=size, crop=size,
+                     dims=64, **backbone, **{"map@r": value})  # fmt: skip
+        make_run(r, f"t{size}", loss="nngk", dataset="cub", resize=size, crop=size)
+    df = load_runs(r)[0].set_index("run")
+    assert df.loc["net32", "name"] != df.loc["net48", "name"]
+    assert df.loc["net48", "name"].endswith("resize 48, crop 48")
+    assert df.loc["raw32", "name"] == "raw inputs, resize 32, crop 32"

@@ -47,6 +47,7 @@ SETTINGS = tuple(
 )
 
 DEFAULTS = RunConfig()
+INPUT_SETTINGS = ("resize", "crop", "crop_mode")  # a baseline's: what its inputs were made by
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 
@@ -346,10 +347,24 @@ def weights_texts(runs: pd.DataFrame) -> pd.Series:
 
 
 def variant_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
-    """Each run's method with its `setting_labels`, e.g. 'npair, GAP' or 'nngk, k=10'."""
-    settings = setting_labels(df, exclude)
+    """Each run's method with its `setting_labels`, e.g. 'npair, GAP' or 'nngk, k=10'; a
+    baseline's with the input settings that tell it from the table's other baselines."""
+    settings = setting_labels(df, exclude) + baseline_input_labels(df)
     names = df["method"].astype(str)
     return names.where(settings == "", names + ", " + settings)
+
+
+def baseline_input_labels(df: pd.DataFrame) -> pd.Series:
+    """A baseline's input settings where the baselines of its label differ in them ('resize
+    48, crop 40'): runs of two input pipelines write a baseline each, which are two rows, never
+    one mean as copies of a seed."""
+    labels = pd.Series("", index=df.index, dtype=object)
+    base = df[df["loss"] == BASELINE_LOSS]
+    for column in (c for c in INPUT_SETTINGS if c in base):
+        texts = base[column].map(lambda v, c=column: setting_text(c, v))
+        rows = texts.index[texts.groupby(base["method"]).transform("nunique") > 1]
+        labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts[rows]
+    return labels.astype(str)
 
 
 def trained_runs(df: pd.DataFrame) -> pd.DataFrame:
