@@ -17,6 +17,7 @@ from bench.data.datasets import load_dataset
 from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
 from bench.report import galleries as gal
+from bench.report import gallery_queries as gq
 from bench.report import tsne
 from bench.report.gallery_images import (
     BORDER,
@@ -113,11 +114,11 @@ def test_fixed_queries_are_the_same_for_every_run_of_a_data_set(glyph_runs, monk
     _, (seed0, seed1) = glyph_runs
     labels = saved(seed0)[1]
     assert np.array_equal(labels, saved(seed1)[1])
-    queries = gal.fixed_queries(labels, 6, GLYPHS)
+    queries = gq.fixed_queries(labels, 6, GLYPHS)
     assert len(set(labels[queries])) == 6  # the six test classes, one query each
-    more = gal.fixed_queries(labels, 10, GLYPHS)
+    more = gq.fixed_queries(labels, 10, GLYPHS)
     assert np.array_equal(more[:6], queries) and len(set(more)) == 10
-    assert not np.array_equal(gal.fixed_queries(labels, 6, "glyphs"), queries)
+    assert not np.array_equal(gq.fixed_queries(labels, 6, "glyphs"), queries)
     shown = []
     original = gal.gallery_figure
     monkeypatch.setattr(
@@ -130,11 +131,11 @@ def test_fixed_queries_are_the_same_for_every_run_of_a_data_set(glyph_runs, monk
 
 def test_frames_are_the_label_matches_of_a_hand_computed_knn(glyph_runs):
     emb, labels = saved(glyph_runs[1][0])
-    queries = gal.fixed_queries(labels, 8, GLYPHS)
+    queries = gq.fixed_queries(labels, 8, GLYPHS)
     expected = np.stack([hand_knn(emb, q, 5) for q in queries])
-    found = gal.retrieved(emb, queries, 5)
+    found = gq.retrieved(emb, queries, 5)
     np.testing.assert_array_equal(found, expected)
-    right = gal.frame_decisions(labels, queries, found)
+    right = gq.frame_decisions(labels, queries, found)
     np.testing.assert_array_equal(right, labels[expected] == labels[queries][:, None])
     assert right.any() and not right.all()  # one epoch: some of each
     placed, images_of = recorder(np.zeros((12, 12, 3), np.uint8))
@@ -145,9 +146,9 @@ def test_frames_are_the_label_matches_of_a_hand_computed_knn(glyph_runs):
 def test_a_small_example_frames_green_and_red_pixels():
     emb = np.array([[0.0], [1.0], [5.0], [6.0], [20.0], [21.0]])
     labels = np.array([0, 0, 1, 1, 2, 3])
-    found = gal.retrieved(emb, np.array([0, 2, 4]), 2)
+    found = gq.retrieved(emb, np.array([0, 2, 4]), 2)
     assert found.tolist() == [[1, 2], [3, 1], [5, 3]]
-    right = gal.frame_decisions(labels, np.array([0, 2, 4]), found)
+    right = gq.frame_decisions(labels, np.array([0, 2, 4]), found)
     assert right.tolist() == [[True, False], [True, False], [False, False]]
     grey = np.full((10, 10, 3), 128, np.uint8)
     green = gal.gallery_figure(lambda i: grey, emb, labels, np.array([0]), k=1)
@@ -185,8 +186,8 @@ def test_compare_prefers_disagreements_and_refuses_another_data_set(
     labels = np.repeat(np.arange(4), 5)
     right_a, right_b = np.ones(20, bool), np.ones(20, bool)
     right_b[[3, 17]] = False
-    chosen = gal.compare_queries(labels, right_a, right_b, 4, "x").tolist()
-    order = [i for i in gal.fixed_order(labels, "x") if i not in (3, 17)]
+    chosen = gq.compare_queries(labels, right_a, right_b, 4, "x").tolist()
+    order = [i for i in gq.fixed_order(labels, "x") if i not in (3, 17)]
     assert sorted(chosen[:2]) == [3, 17] and chosen[2:] == order[:2]
     _, (seed0, seed1) = glyph_runs
     written = gal.visualize_galleries(seed0, tmp_path / "ok", compare=seed1, queries=3)
@@ -241,16 +242,16 @@ def test_the_report_shows_each_losss_best_run_on_the_fixed_queries(glyph_runs):
 def test_pair_errors_are_the_hardest_false_accepts_and_rejects():
     d = np.array([0.1, 0.5, 0.2, 0.9, 0.3, 0.35, 0.6])
     same = np.array([0, 0, 1, 1, 0, 1, 1])
-    accepts, rejects = gal.pair_errors(d, same, 0.4, 5)
+    accepts, rejects = gq.pair_errors(d, same, 0.4, 5)
     assert accepts.tolist() == [0, 4] and rejects.tolist() == [3, 6]
-    assert [a.tolist() for a in gal.pair_errors(d, same, 0.4, 1)] == [[0], [3]]
+    assert [a.tolist() for a in gq.pair_errors(d, same, 0.4, 1)] == [[0], [3]]
 
 
 def test_a_pairs_run_draws_its_errors_at_its_threshold(tmp_path):
     cfg = RunConfig(dataset="digits", protocol="pairs", dims=4)
     labels = np.asarray(load_dataset("digits", "pairs").test.labels)
     emb = np.random.default_rng(0).normal(size=(len(labels), 4)).astype(np.float32)
-    pairs = gal.scored_pairs(labels)
+    pairs = gq.scored_pairs(labels)
     dist = pair_distances(emb, pairs)
     threshold = float(np.median(dist))
     run = tmp_path / "run"
@@ -360,3 +361,32 @@ def test_a_class_name_that_is_not_utf8_is_captioned(tmp_path):
     figure.text(0.5, 0.5, name)
     figure.savefig(tmp_path / "caption.png")
     plt.close(figure)
+
+
+def test_a_protocol_with_a_gallery_shows_its_queries_searched_in_the_gallery_only():
+    # In-Shop: queries and gallery are two views of each item. The galleries took any test
+    # item as a query and searched it among all the others, queries too, and the worst
+    # queries' AP@R was not the run's.
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(6), 4)
+    emb = rng.normal(size=(24, 8)).astype(np.float32)
+    gallery = np.tile([False, False, True, True], 6)  # two queries, two gallery images an item
+    queries = gq.fixed_queries(labels, 5, "inshop", gallery)
+    assert len(queries) == 5 and not gallery[queries].any()
+    found = gq.retrieved(emb, queries, 3, gallery)
+    assert gallery[found].all()
+    # the plain search, in the gallery alone
+    g = np.flatnonzero(gallery)
+    d = ((emb[queries, None] - emb[None, g]) ** 2).sum(-1)
+    assert found.tolist() == g[np.argsort(d, axis=1, kind="stable")[:, :3]].tolist()
+    ap = gq.query_ap(emb, labels, gallery=gallery)
+    assert np.isnan(ap[gallery]).all()
+    from bench.evaluation.metrics import evaluate_gallery
+
+    q = ~gallery
+    expected = evaluate_gallery(emb[q], labels[q], emb[gallery], labels[gallery])["map@r"]
+    assert np.nanmean(ap) == pytest.approx(expected)
+    right = gq.top1_correct(emb, labels, gallery=gallery)
+    assert not right[gallery].any()
+    picked = gq.compare_queries(labels, right, ~right, 4, "inshop", gallery)
+    assert not gallery[picked].any()

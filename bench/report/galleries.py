@@ -8,16 +8,13 @@ The figures are pure functions of images, embeddings and labels; `visualize_gall
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
-from bench.evaluation.retrieval import query_scores
 from bench.protocols import VERIFICATION, get_protocol
 from bench.report.gallery_images import (
     DISAGREE_FRAME,
@@ -33,104 +30,33 @@ from bench.report.gallery_images import (
     saved_test,
     split_images,
 )
+from bench.report.gallery_queries import (
+    compare_queries,
+    fixed_queries,
+    frame_decisions,
+    gallery_items,
+    lowest,
+    pair_errors,
+    query_ap,
+    retrieved,
+    scored_pairs,
+    top1_correct,
+)
 from bench.report.run_files import DamagedRun
 from bench.report.runs import embedded_trained_runs
 from bench.runs import store
 from bench.util.atomic import atomic_write_bytes
-from bench.util.knn import search
 from bench.util.names import safe_name
-from bench.util.torch_knn import nearest_others
 
 SPACER = 0.25  # width of the gap between two blocks of images, in cells
 REPORT_QUERIES, REPORT_K = 10, 5
-
-# ---------------------------------------------------------------- which queries, which answers
-
-
-def fixed_order(labels: np.ndarray, dataset: str) -> np.ndarray:
-    """Every test item in an order that depends only on the labels and the data set's name:
-    one item of each class first (classes in a shuffled order), then the rest shuffled."""
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(zlib.crc32(dataset.encode()))  # hash() differs per process
-    items = rng.permutation(len(labels))
-    _, first = np.unique(labels[items], return_index=True)  # each class's first in that order
-    first = items[first[rng.permutation(len(first))]]
-    return np.concatenate([first, items[~np.isin(items, first)]]).astype(np.int64)
-
-
-def fixed_queries(labels: np.ndarray, n: int, dataset_name: str) -> np.ndarray:
-    """n test queries, the same for every run of the data set: one per class where n allows."""
-    return fixed_order(labels, dataset_name)[:n]
-
-
-def lowest(ap: np.ndarray, n: int) -> np.ndarray:
-    """The n queries of lowest AP (NaN: none), lowest first, ties in query order."""
-    order = np.argsort(np.where(np.isnan(ap), np.inf, ap), kind="stable")
-    return order[: min(n, int((~np.isnan(ap)).sum()))]
-
-
-def retrieved(embeddings: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """(queries, k): each query's k nearest test items (squared L2), the query itself left out
-    by index, as the evaluator's kNN leaves it out."""
-    k = min(k, len(embeddings) - 1)
-    queries = np.asarray(queries, dtype=np.int64)
-    _, idx = search(embeddings, np.asarray(embeddings)[queries], k + 1)
-    rows = [found[found != q][:k] for q, found in zip(queries, idx, strict=True)]
-    return np.stack(rows).astype(np.int64) if rows else np.zeros((0, k), np.int64)
-
-
-def frame_decisions(labels: np.ndarray, queries: np.ndarray, found: np.ndarray) -> np.ndarray:
-    """Green (True) where a retrieved item has its query's label, red (False) where not."""
-    labels = np.asarray(labels)
-    return labels[found] == labels[np.asarray(queries)][:, None]
-
-
-def top1_correct(embeddings: np.ndarray, labels: np.ndarray, device=None) -> np.ndarray:
-    """Whether each test item's nearest other item has its label (searched by faiss on the
-    CPU, or by torch on `device`: `torch_knn.search_device`)."""
-    labels = np.asarray(labels)
-    return labels[nearest_others(embeddings, 1, device)[:, 0]] == labels
-
-
-def compare_queries(
-    labels: np.ndarray, right_a: np.ndarray, right_b: np.ndarray, n: int, dataset: str
-) -> np.ndarray:
-    """n queries in the data set's fixed order: first those where exactly one run's top-1 is
-    right, then the fixed queries where the two agree."""
-    order = fixed_order(labels, dataset)
-    differ = right_a[order] != right_b[order]
-    chosen = order[differ][:n]
-    return np.concatenate([chosen, order[~differ][: n - len(chosen)]])
-
-
-def pair_errors(
-    distances: np.ndarray, same: np.ndarray, threshold: float, n: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(false accepts: different-class pairs at most `threshold` apart, closest first; false
-    rejects: same-class pairs farther apart, farthest first), n of each at most."""
-    d = np.asarray(distances, dtype=np.float64)
-    same = np.asarray(same).astype(bool)
-    accepts = np.flatnonzero(~same & (d <= threshold))
-    rejects = np.flatnonzero(same & (d > threshold))
-    accepts = accepts[np.argsort(d[accepts], kind="stable")]
-    rejects = rejects[np.argsort(-d[rejects], kind="stable")]
-    return accepts[:n], rejects[:n]
-
-
-def scored_pairs(labels: np.ndarray) -> np.ndarray:
-    """The test pairs (i, j, same) the run was scored on, each unordered pair once."""
-    pairs = pairs_of(np.asarray(labels), 4)
-    ends = np.sort(pairs[:, :2], axis=1)
-    _, first = np.unique(ends, axis=0, return_index=True)
-    return pairs[np.sort(first)]
-
 
 # ---------------------------------------------------------------- figures
 
 
 # What a gallery's frames mean, said above it.
 FRAMES = (
-    "each row: a query (blue frame), then its {k} nearest test images, framed green where of "
+    "each row: a query (blue frame), then its {k} nearest {searched} images, framed green where of "
     "the query's class, red where of another"
 )
 
@@ -144,10 +70,12 @@ def gallery_figure(
     title: str = "",
     names: Sequence[str] = (),
     notes: Sequence[str] = (),
+    gallery: np.ndarray | None = None,
 ) -> bytes:
     """PNG: a row per query, the query image then its top-k retrieved test images (itself
-    left out), green-framed where of its class, red where not; `notes`: a line per query."""
-    found = retrieved(embeddings, queries, k)
+    left out; with a `gallery`, of its items), green-framed where of its class, red where not;
+    `notes`: a line per query."""
+    found = retrieved(embeddings, queries, k, gallery)
     right = frame_decisions(labels, queries, found)
     rows = [
         [
@@ -157,8 +85,14 @@ def gallery_figure(
         for row, q in enumerate(queries)
     ]
     return grid_figure(
-        rows, f"{title}\n{FRAMES.format(k=found.shape[1])}".strip(), [1.0] * (found.shape[1] + 1)
+        rows,
+        f"{title}\n{FRAMES.format(k=found.shape[1], searched=searched_name(gallery))}".strip(),
+        [1.0] * (found.shape[1] + 1),
     )
+
+
+def searched_name(gallery: np.ndarray | None) -> str:
+    return "test" if gallery is None else "gallery"
 
 
 def side_by_side_figure(
@@ -169,10 +103,11 @@ def side_by_side_figure(
     k: int = 5,
     run_names: tuple[str, str] = ("A", "B"),
     names: Sequence[str] = (),
+    gallery: np.ndarray | None = None,
 ) -> bytes:
     """PNG: per query, run A's top-k (left) and run B's (right); an orange query frame and a
     note where one run's top-1 is right and the other's wrong."""
-    found = [retrieved(emb, queries, k) for emb in embeddings]
+    found = [retrieved(emb, queries, k, gallery) for emb in embeddings]
     right = [frame_decisions(labels, queries, f) for f in found]
     notes = {(True, False): "top-1 right: left only", (False, True): "top-1 right: right only"}
     rows = []
@@ -243,13 +178,15 @@ def worst_figure(
     title: str,
     names: Sequence[str],
     device=None,
+    gallery: np.ndarray | None = None,
 ) -> bytes:
     """The gallery of the n queries of lowest AP@R, each with its AP@R (every query's AP@R
-    searched by faiss on the CPU, or by torch on `device`)."""
-    ap = query_scores(emb, labels, device=device)["map@r"]
+    searched by faiss on the CPU, or by torch on `device`; with a `gallery`, as the run scored
+    its queries: in the gallery's items)."""
+    ap = query_ap(emb, labels, device, gallery)
     worst = lowest(ap, n)
     notes = [f"AP@R {ap[q]:.2f}" for q in worst]
-    return gallery_figure(images_of, emb, labels, worst, k, title, names, notes)
+    return gallery_figure(images_of, emb, labels, worst, k, title, names, notes, gallery)
 
 
 def comparison_figure(
@@ -262,12 +199,14 @@ def comparison_figure(
     run_names: tuple[str, str],
     names: Sequence[str],
     device=None,
+    gallery: np.ndarray | None = None,
 ) -> bytes:
     """Two runs side by side on n fixed queries, their top-1 disagreements first (every test
-    item's top-1 searched by faiss on the CPU, or by torch on `device`)."""
-    right = [top1_correct(emb, labels, device) for emb in embs]
-    queries = compare_queries(labels, *right, n, dataset)
-    return side_by_side_figure(images_of, embs, labels, queries, k, run_names, names)
+    item's top-1 searched by faiss on the CPU, or by torch on `device`; with a `gallery`, the
+    queries' in it)."""
+    right = [top1_correct(emb, labels, device, gallery) for emb in embs]
+    queries = compare_queries(labels, *right, n, dataset, gallery)
+    return side_by_side_figure(images_of, embs, labels, queries, k, run_names, names, gallery)
 
 
 def pair_errors_of(
@@ -302,20 +241,21 @@ def visualize_galleries(
     data = load_splits(cfg)
     emb, labels = saved_test(run_dir, data.test)
     show, names, name = split_images(data.test), data.class_names, Path(run_dir).name
-    fixed = fixed_queries(labels, queries, cfg.dataset)
+    gallery = gallery_items(data.test)
+    fixed = fixed_queries(labels, queries, cfg.dataset, gallery)
     files = {
         "gallery-fixed.png": gallery_figure(
-            show, emb, labels, fixed, k, f"{name}: fixed queries", names
+            show, emb, labels, fixed, k, f"{name}: fixed queries", names, gallery=gallery
         ),
         "gallery-worst.png": worst_figure(
-            show, emb, labels, queries, k, f"{name}: worst queries (AP@R)", names, device
+            show, emb, labels, queries, k, f"{name}: worst queries (AP@R)", names, device, gallery
         ),
     }
     if compare is not None:
         other, _ = saved_test(compare, data.test)
         files[f"gallery-vs-{Path(compare).name}.png"] = comparison_figure(
             show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names,
-            device,
+            device, gallery,
         )  # fmt: skip
     if get_protocol(cfg.protocol).evaluates(VERIFICATION):
         files["pair-errors.png"] = pair_errors_of(show, run_dir, emb, labels, queries, names)
@@ -342,8 +282,8 @@ def gallery_files(runs: pd.DataFrame, name: str) -> dict[str, bytes]:
         return {}
     cfg = run_config(best["path"].iloc[0])
     data = load_splits(cfg)
-    labels = np.asarray(data.test.labels)
-    queries = fixed_queries(labels, REPORT_QUERIES, cfg.dataset)
+    labels, gallery = np.asarray(data.test.labels), gallery_items(data.test)
+    queries = fixed_queries(labels, REPORT_QUERIES, cfg.dataset, gallery)
     show, files = split_images(data.test), {}
     for _, run in best.iterrows():
         try:
@@ -354,6 +294,13 @@ def gallery_files(runs: pd.DataFrame, name: str) -> dict[str, bytes]:
             continue
         title = f"{run['name']}, d{run['dims']}, seed {run['seed']} (MAP@R {run['map@r']:.3f})"
         files[f"{name}-gallery-{safe_name(str(run['loss']))}.png"] = gallery_figure(
-            show, emb, labels, queries, REPORT_K, f"{title}: fixed queries", data.class_names
+            show,
+            emb,
+            labels,
+            queries,
+            REPORT_K,
+            f"{title}: fixed queries",
+            data.class_names,
+            gallery=gallery,
         )
     return files
