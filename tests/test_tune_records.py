@@ -157,3 +157,21 @@ def test_workers_that_ask_at_once_never_take_the_same_queued_trial(tmp_path):
 def ask_at_once(study, start, taken):
     start.wait()
     taken.append(study.ask().number)
+
+
+def test_tune_takes_the_offline_settings_its_dataset_help_gives(tmp_path, monkeypatch):
+    # `--dataset`'s help says to add --backbone small_cnn --pretrained none --resize --crop
+    # for a folder offline; tune had no --backbone, --resize or --crop.
+    from tests.fixtures.folder import make_folder
+
+    monkeypatch.setenv("NNGK_CACHE", str(tmp_path / "cache"))
+    images = make_folder(tmp_path / "imgs", classes=8, per_class=8)
+    args = ["--backbone", "small_cnn", "--pretrained", "none", "--resize", "32", "--crop", "28"]
+    out = cli("tune", "--loss", "contrastive", "--dataset", f"folder:{images}", *args,
+              "--batch-size", "8", "--trials", "1", "--epochs", "1", "--pruner", "none",
+              "--no-retrain", "--results", tmp_path / "r")  # fmt: skip
+    assert out.exit_code == 0, out.output
+    (study,) = (tmp_path / "r" / "tune").glob("folder-*")
+    assert "-backbone-small_cnn-" in study.name and "-crop-28-" in study.name
+    (config,) = (tmp_path / "r" / "tune" / "trials").rglob("config.json")
+    assert '"backbone": "small_cnn"' in config.read_text()

@@ -20,6 +20,7 @@ from bench.util.errors import first_line
 # options (issue 45).
 HELD = (
     *("optimizer", "memory", "pretrained", "batch_size", "m_per_class", "precision"),
+    *("backbone", "resize", "crop"),  # a folder's preset offline: the --dataset help's advice
     *("freeze_bn", "pooling", "warmup_epochs", "schedule", "embedding_lr", "crop_scale"),
 )
 
@@ -153,7 +154,7 @@ def tune(
         check_kept(url)
         check_trials(setup, names)
         setup = replace(setup, data=data_hash(dataset))
-    except ValueError as err:
+    except (ValueError, RuntimeError) as err:  # RuntimeError: weights not at hand
         raise click.ClickException(first_line(err)) from None
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
