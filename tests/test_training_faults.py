@@ -432,6 +432,15 @@ def test_a_setting_given_that_would_change_nothing_is_refused(given, message):
         make_configs("digits", "contrastive", (8,), {}, **given)
 
 
+def test_a_validation_fraction_beside_a_published_validation_split_is_refused():
+    # Before: Flowers102's classify runs validated on its published split whatever the
+    # fraction, under a run id and a report label ("validation fraction 0.4") of their own.
+    with pytest.raises(ValueError, match="flowers102 has its own validation split"):
+        make_configs("flowers102", "nngk", (8,), {}, protocol="classify", val_fraction=0.4)
+    (cfg,) = make_configs("flowers102", "nngk", (8,), {}, val_fraction=0.4)  # metric: used
+    assert cfg.val_fraction == 0.4
+
+
 def test_a_schedule_step_that_never_comes_is_refused_by_run_not_by_a_trial(tmp_path):
     from bench.train.presets import check_steps_come
 

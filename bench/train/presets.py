@@ -97,6 +97,7 @@ CLASSIFY = replace(
     loss_params={"nngk": paper_nngk(100.0)},
 )
 CLASSIFY_VAL = {"cub": 0.2, "cars196": 0.3, "leafsnap": 2 / 7, "flowers102": 0.0}
+OWN_VALIDATION = ("flowers102",)  # classify validates on the published split: no fraction
 
 # The Tiny ImageNet pair-verification report: Tiny ImageNet at 64x64 without augmentation, the
 # report's reduced VGG-16, embedding length 96, batch 64, lr 1e-3; validation 50 of each seen
@@ -310,6 +311,11 @@ def check_given(cfg: RunConfig, given: dict[str, Any]) -> None:
     if "momentum" in given and cfg.optimizer not in ("sgd", "rmsprop"):
         raise ValueError(
             f"--momentum applies to sgd and rmsprop, not {cfg.optimizer}; leave it out"
+        )
+    if "val_fraction" in given and cfg.protocol == "classify" and cfg.dataset in OWN_VALIDATION:
+        raise ValueError(
+            f"--val-fraction: {cfg.dataset} has its own validation split, which the classify "
+            "protocol validates on whatever the fraction; leave it out"
         )
     if "val_fraction" in given and cfg.val_split.startswith("classes:"):
         raise ValueError(
