@@ -382,6 +382,8 @@ def test_pairs_protocol_writes_seen_and_unseen_verification(dataset, tmp_path, m
         assert categories[0].startswith("label,class_name,pairs,accuracy,far,frr")
     assert metrics["threshold"] > 0
     assert set(get_protocol("pairs").columns) <= set(metrics)  # the report's columns
+    # what the network was given: the crops (it read the first test image's cached size)
+    assert metrics["input_size"] == ("3x16x16" if dataset == "tinyimagenet" else "1x8x8")
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_pair_accuracy" in history
     # both baselines carry the pair metrics too, as their table's rows show them

@@ -29,8 +29,14 @@ def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
 
 
 def input_size(data: DataSplits) -> str:
-    """What the network is given, e.g. '1x28x28' (channels x height x width) or '4096'."""
-    return "x".join(str(n) for n in data.test[0][0].shape) if len(data.test) else ""
+    """What the network is given, e.g. '1x28x28' (channels x height x width), '3x224x224' (an
+    image set's crops: its cached images, each of its own size, not its first) or '4096'."""
+    if not len(data.test):
+        return ""
+    crops = getattr(data.test, "crops", None)
+    if crops is not None:
+        return f"3x{crops.crop}x{crops.crop}"
+    return "x".join(str(n) for n in data.test[0][0].shape)
 
 
 def per_class(cfg: RunConfig, labels: np.ndarray) -> int:
