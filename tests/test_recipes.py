@@ -269,3 +269,24 @@ def test_the_recipe_trains_from_the_command_line_and_is_recorded(tmp_path):
     assert "; frozen BN; avg+max pooling; warm-up epochs 1; cosine lr schedule;" in setup
     bad = cli("run", "--schedule", "step:a:b", "--results", tmp_path / "x")
     assert bad.exit_code == 2 and "expected none, cosine, or step:E1,E2,...:F" in bad.output
+
+
+def test_the_untrained_baseline_is_pooled_as_its_runs_are(tmp_path):
+    # Before: built with avg pooling whatever --pooling said, under one id for both.
+    import numpy as np
+
+    from bench.train.baseline import run_baseline
+
+    tiny = "glyphs:classes=20,instances=8,size=12"
+    folders = {}
+    for pooling in ("avg", "avg+max"):
+        cfg = RunConfig(dataset=tiny, loss="contrastive", dims=8, pooling=pooling)
+        folders[pooling] = run_baseline(cfg, tmp_path, torch.device("cpu"))[1]
+    assert folders["avg"] != folders["avg+max"]
+    with (
+        np.load(folders["avg"] / "test_embeddings.npz") as a,
+        np.load(folders["avg+max"] / "test_embeddings.npz") as b,
+    ):
+        assert not np.allclose(a["embeddings"], b["embeddings"])
+    record = json.loads((folders["avg+max"] / "config.json").read_text())
+    assert record["pooling"] == "avg+max"

@@ -47,7 +47,8 @@ SETTINGS = tuple(
 )
 
 DEFAULTS = RunConfig()
-INPUT_SETTINGS = ("resize", "crop", "crop_mode")  # a baseline's: what its inputs were made by
+# A baseline's: what its inputs were made by, and pooled by (the untrained network's).
+INPUT_SETTINGS = ("resize", "crop", "crop_mode", "pooling")
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 

@@ -113,9 +113,12 @@ def run_baseline(
     runs = [write_baseline(raw_cfg, "raw inputs", inputs, **given)]
     seed_everything(cfg.seed)
     model = build_model(
-        cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels, image_size=cfg.crop
-    ).to(device)
+        cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels, pooling=cfg.pooling,
+        image_size=cfg.crop,
+    ).to(device)  # fmt: skip
+    # its pooling names it where not the default (avg), as a run's: a baseline of each
     settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
+    settings["pooling"] = cfg.pooling
     net_cfg = baseline_config(cfg, model.embed.in_features, seed=cfg.seed, **settings)
     label = untrained_label(cfg.backbone, cfg.pretrained, current_weights_label(cfg.pretrained))
 
