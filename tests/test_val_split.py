@@ -78,6 +78,10 @@ def test_too_few_images_per_class_says_how_many_are_needed(tmp_path, monkeypatch
     (line,) = [x for x in out.output.splitlines() if x.startswith("Error: ")]
     assert "needs at least 5 images" in line and "has 2" in line
     assert "--val-split classes" in line and "--val-fraction" in line
+    # the classify protocol refuses --val-split classes: its error does not advise it
+    with pytest.raises(ValueError, match="needs at least 5") as err:
+        carve_validation(np.repeat([0, 1], 2), 0.2, classes_allowed=False)
+    assert "--val-split classes" not in str(err.value) and "--val-fraction 0" in str(err.value)
 
 
 def test_val_fraction_zero_trains_on_every_image_and_tests_the_last_epoch(tmp_path):

@@ -53,13 +53,15 @@ def carve_validation(
     by_classes: bool = False,
     fold: tuple[int, int] | None = None,
     names: dict | None = None,
+    classes_allowed: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(train, validation) positions within a training split: a stratified share of the images
     (fixed seed), or, `by_classes`, every image of the last classes (at least two, a `fraction`
     of them), so that validation, like the metric protocol's test, has classes never trained on
     (Musgrave et al. 2020); `fold` (f, k) holds out the f-th of k groups of the classes instead
     (shuffled with a fixed seed), for k-fold cross-validation over classes. `names`: the
-    classes' names by label, for the errors."""
+    classes' names by label, for the errors, which name `--val-split classes` only where the
+    protocol takes it (`classes_allowed`)."""
     positions = np.arange(len(labels))
     if fold is not None:
         return class_fold(labels, *fold)
@@ -75,7 +77,7 @@ def carve_validation(
             )
         val = np.isin(labels, classes[-held:])
         return positions[~val], positions[val]
-    check_stratifiable(labels, fraction, names)
+    check_stratifiable(labels, fraction, names, classes_allowed)
     return stratified_share(labels, fraction)
 
 
@@ -141,7 +143,9 @@ def class_text(label: int, names: dict | None) -> str:
     return f"class {names[label]!r}" if names and label in names else f"class {label}"
 
 
-def check_stratifiable(labels: np.ndarray, fraction: float, names: dict | None = None) -> None:
+def check_stratifiable(
+    labels: np.ndarray, fraction: float, names: dict | None = None, classes_allowed: bool = True
+) -> None:
     """A one-line ValueError, in place of scikit-learn's, when a stratified share of these
     images cannot hold every class in both parts: how many images per class that needs."""
     found = scarce_class(labels, fraction)
@@ -151,9 +155,9 @@ def check_stratifiable(labels: np.ndarray, fraction: float, names: dict | None =
     raise ValueError(
         f"a validation split of {fraction:g} of the training images needs at least "
         f"{images_needed(fraction)} images in each of the {len(np.unique(labels))} training "
-        f"classes; {class_text(label, names)} has {count}; use --val-split classes (whole "
-        "classes held out), another --val-fraction, or --val-fraction 0 (no validation: the last "
-        "epoch is tested)"
+        f"classes; {class_text(label, names)} has {count}; use "
+        + ("--val-split classes (whole classes held out), " if classes_allowed else "")
+        + "another --val-fraction, or --val-fraction 0 (no validation: the last epoch is tested)"
     )
 
 
@@ -252,7 +256,9 @@ def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
         train_all, test = np.nonzero(split == "train")[0], np.nonzero(split == "test")[0]
     else:
         train_all, test = three_way(labels, names=class_names(table))
-    tr, va = carve_validation(labels[train_all], val_fraction, names=class_names(table))
+    tr, va = carve_validation(
+        labels[train_all], val_fraction, names=class_names(table), classes_allowed=False
+    )
     return Splits(train_all[tr], train_all[va], test)
 
 
@@ -276,7 +282,9 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
         pool, test_rel = three_way(labels[seen_pos], 0.1, class_names(table))
         train_all, test = seen_pos[pool], seen_pos[test_rel]
         unseen = np.nonzero(~seen)[0]
-    tr, va = carve_validation(labels[train_all], val_fraction, names=class_names(table))
+    tr, va = carve_validation(
+        labels[train_all], val_fraction, names=class_names(table), classes_allowed=False
+    )
     return Splits(train_all[tr], train_all[va], test, unseen)
 
 

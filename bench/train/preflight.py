@@ -245,15 +245,16 @@ def check_validation(cfg: RunConfig, data: DataSplits) -> None:
     if protocol.validation_ranks and not (counts >= 2).any():
         raise ValueError(
             f"the validation split of {cfg.dataset} has {len(data.val)} items and no class with "
-            "two, so it cannot choose an epoch; use a data set with more images per class, or "
-            "--val-split classes"
+            "two, so it cannot choose an epoch; use a data set with more images per class"
+            + (", or --val-split classes" if protocol.class_validation else "")
         )
     if protocol.validation_ranks and len(counts) == 1:
         raise ValueError(
             f"the validation split of {cfg.dataset} holds {len(data.val)} items of 1 class: "
             "every neighbour is of its class, so MAP@R reads 1.0 at every epoch and cannot "
-            "choose one; give it items of two classes or more (a larger --val-fraction, or "
-            "--val-split classes), or --val-fraction 0 to test the last epoch"
+            "choose one; give it items of two classes or more (a larger --val-fraction"
+            + (", or --val-split classes" if protocol.class_validation else "")
+            + "), or --val-fraction 0 to test the last epoch"
         )
 
 
