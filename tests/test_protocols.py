@@ -90,6 +90,10 @@ def test_pairs_protocol_separates_seen_and_unseen_classes(tmp_path):
     assert (split[s.train] == "train").all() and (split[s.val] == "train").all()
     assert (split[s.test] == "val").all() and (split[s.unseen] == "val").all()
     assert len(s.val) == 3 and len(s.test) == 9 and len(s.unseen) == 9
+    # classify tests on a published test split, which Tiny ImageNet's unlabelled one is not
+    # (it said its test split "holds 0 items of 0 classes")
+    with pytest.raises(ValueError, match="no labelled test split"):
+        make_splits("classify", table, 0.1)
 
 
 @pytest.mark.parametrize(

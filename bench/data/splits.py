@@ -250,6 +250,12 @@ def query_gallery_splits(
 
 def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
     labels, split = table["label"].to_numpy(), table["split"].to_numpy()
+    if (split == "val").any() and not (split == "test").any():
+        raise ValueError(
+            "the data set publishes a validation split but no labelled test split (Tiny "
+            "ImageNet's test images have no labels), which the classify protocol tests on; "
+            "use another --protocol"
+        )
     if (split == "val").any():
         return Splits(*(np.nonzero(split == s)[0] for s in ("train", "val", "test")))
     if (split == "test").any():
