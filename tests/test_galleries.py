@@ -379,6 +379,8 @@ def test_a_protocol_with_a_gallery_shows_its_queries_searched_in_the_gallery_onl
     g = np.flatnonzero(gallery)
     d = ((emb[queries, None] - emb[None, g]) ** 2).sum(-1)
     assert found.tolist() == g[np.argsort(d, axis=1, kind="stable")[:, :3]].tolist()
+    every = gq.retrieved(emb, queries, 50, gallery)  # more than the gallery holds: all of it
+    assert every.shape == (5, 12) and all(sorted(row) == g.tolist() for row in every.tolist())
     ap = gq.query_ap(emb, labels, gallery=gallery)
     assert np.isnan(ap[gallery]).all()
     from bench.evaluation.metrics import evaluate_gallery

@@ -54,9 +54,10 @@ def retrieved(
     as the query-gallery protocol searches."""
     embeddings = np.asarray(embeddings)
     pool = np.arange(len(embeddings)) if gallery is None else np.flatnonzero(gallery)
-    k = min(k, len(pool) - (gallery is None))
+    own = int(gallery is None)  # a query among the items searched: one more, left out
+    k = min(k, len(pool) - own)
     queries = np.asarray(queries, dtype=np.int64)
-    _, idx = search(embeddings[pool], embeddings[queries], k + 1)
+    _, idx = search(embeddings[pool], embeddings[queries], k + own)
     rows = [found[found != q][:k] for q, found in zip(queries, pool[idx], strict=True)]
     return np.stack(rows).astype(np.int64) if rows else np.zeros((0, k), np.int64)
 
