@@ -33,6 +33,8 @@ class Protocol:
     Data (bench/data):
     - `split`: how a data set's images are split (`bench.data.splits.SPLITTERS`);
     - `class_validation`: `--val-split classes` may hold out whole training classes;
+    - `published_validation`: it validates on a data set's published validation split where
+      the data set has one (`--val-fraction` then does not apply);
     - `field_images_only`, `crop_to_boxes`: a data set's field images only (Leafsnap), cropped
       to their bounding boxes where the data set has them.
     Training (bench/train):
@@ -60,6 +62,7 @@ class Protocol:
     registry_name: ClassVar[str]
     split: ClassVar[str] = ""
     class_validation: ClassVar[bool] = False
+    published_validation: ClassVar[bool] = False
     field_images_only: ClassVar[bool] = False
     crop_to_boxes: ClassVar[bool] = False
     score: ClassVar[str] = "map@r"
@@ -111,6 +114,7 @@ class Classify(Protocol):
     validation by the classifier's NLL."""
 
     split = "classify"
+    published_validation = True
     field_images_only = True
     crop_to_boxes = True
     score = "nll"

@@ -312,10 +312,11 @@ def check_given(cfg: RunConfig, given: dict[str, Any]) -> None:
         raise ValueError(
             f"--momentum applies to sgd and rmsprop, not {cfg.optimizer}; leave it out"
         )
-    if "val_fraction" in given and cfg.protocol == "classify" and cfg.dataset in OWN_VALIDATION:
+    published = get_protocol(cfg.protocol).published_validation
+    if "val_fraction" in given and published and cfg.dataset in OWN_VALIDATION:
         raise ValueError(
-            f"--val-fraction: {cfg.dataset} has its own validation split, which the classify "
-            "protocol validates on whatever the fraction; leave it out"
+            f"--val-fraction: {cfg.dataset} has its own validation split, which the "
+            f"{cfg.protocol} protocol validates on whatever the fraction; leave it out"
         )
     if "val_fraction" in given and cfg.val_split.startswith("classes:"):
         raise ValueError(
