@@ -37,19 +37,14 @@ def test_suite_with_the_local_executor_finishes_every_run(tmp_path):
 def test_a_failed_job_is_one_line_naming_its_logs(tmp_path):
     executor = Dispatch("local").submitit_executor(tmp_path)
     jobs = [executor.submit(math.sqrt, 4.0), executor.submit(math.sqrt, -1.0)]
+    jobs.append(executor.submit(os.abort))  # killed by a signal, as by the OOM killer
     with pytest.raises(click.ClickException) as err:
-        wait(jobs, "two square roots")
+        wait(jobs, "two square roots and a killed job")
     message = err.value.format_message()
-    assert message.startswith("1 job(s) failed: ") and "math domain error" in message
+    assert message.startswith("2 job(s) failed: ") and "math domain error" in message
     assert str(tmp_path / "jobs") in message and "\n" not in message
     assert jobs[0].result() == 2.0
-
-
-def test_a_killed_job_is_said_to_be_killed(tmp_path):
-    executor = Dispatch("local").submitit_executor(tmp_path)
-    with pytest.raises(click.ClickException) as err:
-        wait([executor.submit(os.abort)], "a job")  # killed by a signal, as by the OOM killer
-    message = err.value.format_message()  # was submitit's first line: "Job N (task: 0) with path"
+    # a killed job was submitit's first line, "Job N (task: 0) with path ..._result.pkl"
     assert "it ended without a result: its process was killed (out of memory, or by a" in message
 
 
