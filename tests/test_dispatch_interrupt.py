@@ -18,18 +18,23 @@ LINE = "interrupted; the {} job(s) were cancelled; run the same command again to
 SLOW_RUN = "run --loss contrastive --dataset glyphs --epochs 30 --dims 16 --executor local --jobs 1"
 
 
-def job_processes(results: Path) -> dict[int, str]:
-    """The live processes of the jobs under results, with their command lines (a local job's
-    controller and its task both name the jobs folder)."""
+def processes_naming(text: str) -> dict[int, str]:
+    """The live processes whose command line holds `text`, with their command lines."""
     found = {}
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
             command = cmdline.read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        if str(results / "jobs") in command:
+        if text in command:
             found[int(cmdline.parent.name)] = command
     return found
+
+
+def job_processes(results: Path) -> dict[int, str]:
+    """The live processes of the jobs under results (a local job's controller and its task
+    both name the jobs folder)."""
+    return processes_naming(str(results / "jobs"))
 
 
 def task_started(results: Path) -> bool:

@@ -16,7 +16,7 @@ from torch.utils.data import BatchSampler, SequentialSampler
 
 from bench.train.distributed import Ranks, RankSlices
 from tests.conftest import cli, copy_baselines
-from tests.test_dispatch_interrupt import until
+from tests.test_dispatch_interrupt import processes_naming, until
 
 TOLERANCE = 1e-3
 TINY = "glyphs:classes=20,instances=12"
@@ -113,7 +113,7 @@ def test_a_signal_to_the_command_stops_every_process_in_one_line(tmp_path):
         until(lambda: "epoch 2/300" in output.read_text(), 120, "second epoch")
         os.kill(parent.pid, signal.SIGINT)
         assert parent.wait(timeout=60) == 130
-        left = [p for p in processes_naming(results) if p != parent.pid]
+        left = [p for p in processes_naming(str(results)) if p != parent.pid]
     finally:
         kill_left_over(results, parent.pid)
     text = output.read_text()
@@ -121,17 +121,7 @@ def test_a_signal_to_the_command_stops_every_process_in_one_line(tmp_path):
     assert left == []
 
 
-def processes_naming(results) -> list[int]:
-    """The live processes whose command line names `results`."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        with suppress(OSError):
-            if str(results) in cmdline.read_bytes().replace(b"\0", b" ").decode():
-                found.append(int(cmdline.parent.name))
-    return found
-
-
 def kill_left_over(results, *pids: int) -> None:
-    for pid in {*processes_naming(results), *pids}:
+    for pid in {*processes_naming(str(results)), *pids}:
         with suppress(OSError):
             os.kill(pid, signal.SIGKILL)
