@@ -173,3 +173,16 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
             assert np.array_equal(
                 mine["embeddings"], np.load(folder / "test_embeddings.npz")["embeddings"]
             )
+
+
+def test_a_gpu_chunk_holds_more_distances_within_its_free_memory(monkeypatch):
+    from bench.util import torch_knn
+
+    assert torch_knn.device_cells("cpu") == torch_knn.CELLS
+    gib = 2**30
+    cases = ((80 * gib, torch_knn.GPU_CELLS), (16 * gib, gib // 4), (gib, torch_knn.CELLS))
+    for free, cells in cases:
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, f=free: (f, 80 * gib))
+        assert torch_knn.device_cells("cuda") == cells, free
+    # 2 GiB of float32 distances at 1,000,000 items: 536 queries a chunk, 8x the CPU's 67.
+    assert torch_knn.chunk_rows(1_000_000, torch_knn.GPU_CELLS) == 536

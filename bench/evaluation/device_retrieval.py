@@ -4,9 +4,10 @@ when they are given a device (issue 44: on a GPU, faiss on the CPU took 36 s whe
 the GPU took 0.4 s).
 
 Queries are searched in chunks of like R (sorted by it), each chunk for its own largest R (at
-least the largest K), at most `cells` distances at a time, so that a class of 100,000 fits; the
-hits and AP@R are computed on the device, AP@R's sums in float64. A query is excluded from its
-own results by index, so its duplicates still count, as on the CPU."""
+least the largest K), at most `cells` distances at a time (256 MiB of them; up to 2 GiB on a
+GPU), so that a class of 100,000 fits; the hits and AP@R are computed on the device, AP@R's
+sums in float64. A query is excluded from its own results by index, so its duplicates still
+count, as on the CPU."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from bench.util.torch_knn import CELLS, TorchSearch, chunk_rows, chunks
+from bench.util.torch_knn import TorchSearch, chunk_rows, chunks, device_cells
 
 
 def device_scores(
@@ -29,12 +30,12 @@ def device_scores(
     device: str | torch.device,
     ks: Sequence[int],
     bar: tqdm | None = None,
-    cells: int = CELLS,
+    cells: int | None = None,
 ) -> np.ndarray:
     """R@K (for each K of `ks`), R-Precision and AP@R of each query in `base` (with
     `exclude_self`, base row i is query i), a row each in that order (the names:
     `retrieval.score_names`); R: each query's matches in the base. NaN R-Precision and AP@R
-    where R is 0; `cells`: distances a chunk holds."""
+    where R is 0; `cells`: distances a chunk holds (default: `device_cells`)."""
     search = TorchSearch(base, device)
     extra = int(exclude_self)
     top = min(max(ks), len(base) - extra)
@@ -50,7 +51,7 @@ def device_scores(
     # end: a copy to or from the host in each chunk would wait for the GPU to finish.
     found = torch.empty((len(ks) + 2, len(q)), dtype=torch.float64, device=on)
     with torch.no_grad():
-        for start, stop in chunks(len(q), chunk_rows(len(base), cells)):
+        for start, stop in chunks(len(q), chunk_rows(len(base), cells or device_cells(on))):
             rows = ordered[start:stop]
             exclude = rows if exclude_self else None
             k_chunk = int(need[order[start:stop]].max())

@@ -16,7 +16,7 @@ from bench.util.torch_knn import CELLS
 
 DIMS = 128
 BARE_CELLS = 2**26  # distances a chunk of the bare search holds
-WIDER = 8  # search-parts: a candidate chunk's queries, in times the harness's
+WIDER = 8  # search-parts: a GPU's chunk's queries, in times the CPU's (GPU_CELLS / CELLS)
 LARGE_CLASS = 0.1  # search-parts: the share of the items in the large class, as skewed_set
 SEGMENT = 1024  # search-parts: columns of a segment of two_stage_topk's first stage
 
@@ -120,12 +120,13 @@ def search_parts_benchmark(
     sizes: list[int], device: str, repeats: int = 3, cells: int = CELLS
 ) -> list[dict]:
     """Where the evaluator's search spends a chunk's time on `device` (for the search at
-    1,000,000 that missed its 40 s on an H100): per size, one chunk of queries as the harness
-    makes it (`cells` distances), each part timed alone (best of `repeats`): the distances,
-    top-k for a small class and for the class of 10 %, the (distance, index) ordering of the
-    latter, and its R-Precision and AP@R; with the chunks a search of that size makes, and the
-    seconds they take. Beside them, candidates for a faster search, not yet the harness's: the
-    same parts for a chunk of WIDER times the queries (a GPU's top-k works a row per block),
+    1,000,000 that missed its 40 s on an H100): per size, one chunk of `cells` distances (the
+    CPU's chunk, and a GPU's before it held WIDER times as many), each part timed alone (best
+    of `repeats`): the distances, top-k for a small class and for the class of 10 %, the
+    (distance, index) ordering of the latter, and its R-Precision and AP@R; with the chunks a
+    search of that size makes, and the seconds they take. Beside them, the same parts for a
+    chunk of WIDER times the queries (a GPU's chunk since the H100 showed it faster: its
+    top-k works a row per block), and candidates for a faster search, not the harness's:
     top-k of a small class in two stages (`two_stage_topk`), and a whole sort of each row."""
     on, rows = torch.device(device), []
     for n in sizes:

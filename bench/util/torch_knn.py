@@ -16,6 +16,11 @@ import torch
 from bench.util.knn import knn, uses_gpu
 
 CELLS = 2**26  # distances held at once: 256 MiB of float32
+# On a GPU, up to 2 GiB of them. A GPU's top-k works a row per block: on an H100 at 1,000,000
+# items, chunks of 536 queries took 31 s of parts a search where chunks of 67 took 40 s
+# (docs/speed.md, `search-parts`).
+GPU_CELLS = 2**29
+FREE_SHARE = 16  # the distances take at most this fraction of a GPU's free memory
 
 
 def search_device(device: str | torch.device | None) -> torch.device | None:
@@ -25,6 +30,17 @@ def search_device(device: str | torch.device | None) -> torch.device | None:
     if device is None or torch.device(device).type == "cpu" or uses_gpu():
         return None
     return torch.device(device)
+
+
+def device_cells(device: str | torch.device) -> int:
+    """Distances a chunk holds on `device`: CELLS on the CPU; on a GPU, GPU_CELLS or a
+    FREE_SHARE-th of its free memory if less (never below CELLS). A large class's ranking
+    holds about as much again (its top-k, their order, its AP@R's float64 sums)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return CELLS
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(CELLS, min(GPU_CELLS, free // (4 * FREE_SHARE)))
 
 
 def chunk_rows(items: int, cells: int = CELLS) -> int:
@@ -90,7 +106,7 @@ def torch_search(
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     found = []
     with torch.no_grad():
-        for start, stop in chunks(len(q), chunk_rows(len(search))):
+        for start, stop in chunks(len(q), chunk_rows(len(search), device_cells(search.device))):
             dist, idx = search.nearest(q[start:stop].to(search.device), k)
             found.append((dist.cpu().numpy(), idx.cpu().numpy()))
     return np.concatenate([d for d, _ in found]), np.concatenate([i for _, i in found])
@@ -102,7 +118,7 @@ def torch_knn(x: torch.Tensor, k: int) -> torch.Tensor:
     itself left out by index, its duplicates kept), by distance, then index."""
     search = TorchSearch(x, x.device)
     found = []
-    for start, stop in chunks(len(x), chunk_rows(len(x))):
+    for start, stop in chunks(len(x), chunk_rows(len(x), device_cells(x.device))):
         rows = torch.arange(start, stop, device=search.device)
         found.append(search.nearest(search.base[start:stop], k, exclude=rows)[1])
     return torch.cat(found)
