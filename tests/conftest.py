@@ -71,13 +71,24 @@ def glyphs_baselines(tmp_path_factory) -> Path:
     """A results folder holding only the built-in glyphs set's two baselines (raw inputs, the
     small CNN untrained), as every run with the glyphs preset's network and seed 0 writes them
     first: tests that train such runs copy them in (copy_baselines) instead of evaluating them
-    once each."""
+    once each. Evaluated once for the whole session: the first pytest-xdist worker to ask
+    writes them into the folder its workers share, the others wait for it (13 s each)."""
+    from filelock import FileLock  # torch's own dependency
+
     from bench.train.baseline import run_baseline
     from bench.train.presets import make_configs
 
-    results = tmp_path_factory.mktemp("glyphs-baselines")
-    (cfg,) = make_configs("glyphs", "contrastive", (16,), {}, seed=0)
-    run_baseline(cfg, results)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # this session's folder, above each worker's own
+    results, done = shared / "glyphs-baselines", shared / "glyphs-baselines.done"
+    with FileLock(shared / "glyphs-baselines.lock"):
+        if not done.is_file():
+            shutil.rmtree(results, ignore_errors=True)
+            results.mkdir()
+            (cfg,) = make_configs("glyphs", "contrastive", (16,), {}, seed=0)
+            run_baseline(cfg, results)
+            done.touch()
     return results
 
 

@@ -16,6 +16,7 @@ from bench.evaluation.health import (
     HEALTH_KEYS,
     different_class_pairs,
     embedding_health,
+    pair_distances,
     pair_means,
     same_class_pairs,
 )
@@ -95,6 +96,23 @@ def test_distances_match_plain_loops():
     intra32, inter32 = loop_means(x32.astype(np.float64), labels)
     assert h32["health_intra_class_distance_mean"] == pytest.approx(intra32, rel=1e-6)
     assert h32["health_inter_class_distance_mean"] == pytest.approx(inter32, rel=1e-6)
+
+
+def test_pair_distances_are_the_same_to_the_bit_in_chunks_of_any_size(monkeypatch):
+    from bench.evaluation import health
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 1024)).astype(np.float32)
+    i, j = rng.integers(0, 300, 5000), rng.integers(0, 300, 5000)
+    pairs = zip(i, j, strict=True)
+    plain = np.array([np.linalg.norm((x[a] - x[b]).astype(np.float64)) for a, b in pairs])
+    found = {}
+    for values in (1 << 10, 1 << 16, 1 << 22):  # 1 pair a chunk, 64, all 5,000
+        monkeypatch.setattr(health, "PAIR_CHUNK_VALUES", values)
+        found[values] = pair_distances(x, i, j)
+        np.testing.assert_allclose(found[values], plain, rtol=1e-12)
+    assert np.array_equal(found[1 << 10], found[1 << 16])
+    assert np.array_equal(found[1 << 16], found[1 << 22])
 
 
 def test_two_tight_clusters_far_apart():

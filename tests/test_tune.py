@@ -148,26 +148,26 @@ def retrained(monkeypatch) -> list[list[tuple]]:
 def test_a_ctrl_c_mid_trial_queues_that_trial_again_and_exits_130(tmp_path):
     # Before: Optuna failed the trial for good and the next command went on to the next point;
     # interrupted in trial 0, the shipped default was never evaluated.
-    cmd = [sys.executable, "-m", "bench.cli", *contrastive_tune(tmp_path, 2, 20)]
+    cmd = [sys.executable, "-m", "bench.cli", *contrastive_tune(tmp_path, 2, 8)]
     # A pytest-xdist worker ignores SIGINT, and its children would inherit that: a terminal's.
     default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=default_sigint)  # fmt: skip
     deadline = time.time() + 120
-    while not unfinished_run(tmp_path):  # the first trial (the default) past an epoch, of 20
+    while not unfinished_run(tmp_path):  # the first trial (the default) past an epoch, of 8
         assert proc.poll() is None and time.time() < deadline
         time.sleep(0.005)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1] == "interrupted; run the same command again to resume"
-    study = studies(tmp_path, "contrastive", 2, 20)
+    study = studies(tmp_path, "contrastive", 2, 8)
     failed, queued = study.trials
     assert failed.state == TrialState.FAIL and queued.state == TrialState.WAITING
     assert queued.params == failed.params and queued.user_attrs[DEFAULT]
-    again = cli(*contrastive_tune(tmp_path, 2, 20))
+    again = cli(*contrastive_tune(tmp_path, 2, 8))
     assert again.exit_code == 0, again.output
-    study = studies(tmp_path, "contrastive", 2, 20)
+    study = studies(tmp_path, "contrastive", 2, 8)
     retry = study.trials[1]  # the default again, from its checkpoint; then one more point
     assert retry.state == TrialState.COMPLETE and retry.user_attrs[DEFAULT]
     assert retry.params == failed.params
