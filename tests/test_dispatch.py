@@ -34,7 +34,12 @@ def test_suite_with_the_local_executor_finishes_every_run(tmp_path):
     assert not (tmp_path / "jobs" / "%j").exists()  # submitit's template, made as a folder
 
 
-def test_a_failed_job_is_one_line_naming_its_logs(tmp_path):
+def test_a_failed_job_is_one_line_naming_its_logs(tmp_path, monkeypatch):
+    import submitit
+
+    # submitit waits 15 s for a killed job's result file, in case a slow shared disk shows it
+    # late; on the test's own disk 1 s does.
+    monkeypatch.setattr(submitit.core.core.Job, "_results_timeout_s", 1)
     executor = Dispatch("local").submitit_executor(tmp_path)
     jobs = [executor.submit(math.sqrt, 4.0), executor.submit(math.sqrt, -1.0)]
     jobs.append(executor.submit(os.abort))  # killed by a signal, as by the OOM killer
