@@ -96,6 +96,29 @@ def test_pairs_protocol_separates_seen_and_unseen_classes(tmp_path):
         make_splits("classify", table, 0.1)
 
 
+def test_classify_refuses_unseen_test_classes_and_pairs_says_why_it_holds_images_out(tmp_path):
+    from bench.data.sources.inshop import read_inshop
+    from bench.data.sources.sop import read_sop
+    from tests.fixtures.inshop import make_inshop
+    from tests.fixtures.sop import make_sop
+
+    # Both said a validation split needs 10 images a class: SOP and In-Shop test unseen classes.
+    sop = read_sop(make_sop(tmp_path / "sop"))
+    inshop = read_inshop(make_inshop(tmp_path / "inshop", items=16))
+    for table in (sop, inshop):
+        with pytest.raises(ValueError, match="classify protocol tests the classes it trains") as e:
+            make_splits("classify", table, 0.1)
+        assert str(e.value).endswith("use --protocol metric")
+    # In-Shop publishes a test split; pairs said it had none.
+    with pytest.raises(ValueError, match="pairs protocol tests its seen classes") as e:
+        make_splits("pairs", inshop, 0.1)
+    assert "no test split" not in str(e.value) and "use --protocol metric" in str(e.value)
+    # CUB's published split tests the classes it trains: classify takes it, as it did.
+    cub = read_cub(make_cub(tmp_path / "cub", per_class=24))
+    s = make_splits("classify", cub, 0.1)
+    assert set(cub["label"].to_numpy()[s.test]) == set(cub["label"].to_numpy()[s.train])
+
+
 @pytest.mark.parametrize(
     "name, mode",
     # A 16-bit PNG opens as I;16 from Pillow 10.4 and as I before it; TIFF keeps either mode.

@@ -23,6 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from bench.data.split_checks import (
+    NO_TEST_SPLIT,
+    PAIRS_SEEN_TEST,
+    check_stratifiable,
+    check_test_share,
+    check_trained_test_classes,
+)
 from bench.protocols import Protocol, get_protocol, trained_protocols
 
 if TYPE_CHECKING:  # pandas and scikit-learn load when a split is made, not for `run --help`
@@ -122,60 +129,6 @@ def parse_val_split(val_split: str) -> tuple[bool, tuple[int, int] | None]:
     return val_split == "classes", None
 
 
-def scarce_class(labels: np.ndarray, fraction: float) -> tuple[int, int] | None:
-    """(the class with the fewest images, their number) when a stratified share of `fraction`
-    of these images cannot hold every class in both parts (scikit-learn would refuse it, naming
-    label indices); None when it can."""
-    classes, counts = np.unique(labels, return_counts=True)
-    n_share = int(np.ceil(fraction * len(labels)))
-    if counts.min() >= 2 and n_share >= len(classes) and len(labels) - n_share >= len(classes):
-        return None
-    return classes[counts.argmin()].item(), int(counts.min())
-
-
-def images_needed(fraction: float) -> int:
-    """Images per class with which a stratified share of `fraction` holds every class."""
-    return max(2, int(np.ceil(1 / fraction)), int(np.ceil(1 / (1 - fraction))))
-
-
-def class_text(label: int, names: dict | None) -> str:
-    """'class 3', or the class's name where the data set names its classes (a folder's)."""
-    return f"class {names[label]!r}" if names and label in names else f"class {label}"
-
-
-def check_stratifiable(
-    labels: np.ndarray, fraction: float, names: dict | None = None, classes_allowed: bool = True
-) -> None:
-    """A one-line ValueError, in place of scikit-learn's, when a stratified share of these
-    images cannot hold every class in both parts: how many images per class that needs."""
-    found = scarce_class(labels, fraction)
-    if found is None:
-        return
-    label, count = found
-    raise ValueError(
-        f"a validation split of {fraction:g} of the training images needs at least "
-        f"{images_needed(fraction)} images in each of the {len(np.unique(labels))} training "
-        f"classes; {class_text(label, names)} has {count}; use "
-        + ("--val-split classes (whole classes held out), " if classes_allowed else "")
-        + "another --val-fraction, or --val-fraction 0 (no validation: the last epoch is tested)"
-    )
-
-
-def check_test_share(labels: np.ndarray, fraction: float, names: dict | None) -> None:
-    """A one-line ValueError when a data set without a test split cannot give `fraction` of
-    each class's images to it: the class that has too few, and what to do."""
-    found = scarce_class(labels, fraction)
-    if found is None:
-        return
-    label, count = found
-    raise ValueError(
-        f"the data set has no test split, so {fraction:.0%} of each class's images are held out "
-        f"to test: that needs at least {images_needed(fraction)} images in each of the "
-        f"{len(np.unique(labels))} classes, and {class_text(label, names)} has {count}; add "
-        "images to it or leave it out of the data set (a folder: move its sub-folder out)"
-    )
-
-
 def class_names(table: pd.DataFrame) -> dict | None:
     """The table's class names by label (image data sets name them), for the errors."""
     if "class_name" not in table:
@@ -256,6 +209,7 @@ def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
             "ImageNet's test images have no labels), which the classify protocol tests on; "
             "use another --protocol"
         )
+    check_trained_test_classes(labels, split)
     if (split == "val").any():
         return Splits(*(np.nonzero(split == s)[0] for s in ("train", "val", "test")))
     if (split == "test").any():
@@ -269,10 +223,14 @@ def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
 
 
 def three_way(
-    labels: np.ndarray, test_fraction: float = 0.3, names: dict | None = None
+    labels: np.ndarray,
+    test_fraction: float = 0.3,
+    names: dict | None = None,
+    why: tuple[str, str] = NO_TEST_SPLIT,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(train + validation, test) positions, stratified, fixed seed."""
-    check_test_share(labels, test_fraction, names)
+    """(train + validation, test) positions, stratified, fixed seed; `why` a test share is
+    held out, for the error where it cannot be (`check_test_share`)."""
+    check_test_share(labels, test_fraction, names, why)
     return stratified_share(labels, test_fraction)
 
 
@@ -285,7 +243,7 @@ def pairs_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
         unseen = np.nonzero(~seen & (split == "val"))[0]
     else:
         seen_pos = np.nonzero(seen)[0]
-        pool, test_rel = three_way(labels[seen_pos], 0.1, class_names(table))
+        pool, test_rel = three_way(labels[seen_pos], 0.1, class_names(table), PAIRS_SEEN_TEST)
         train_all, test = seen_pos[pool], seen_pos[test_rel]
         unseen = np.nonzero(~seen)[0]
     tr, va = carve_validation(
