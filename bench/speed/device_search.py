@@ -12,11 +12,11 @@ import torch
 
 from bench.speed.scale import skewed_set
 from bench.util.runtime import synchronize
-from bench.util.torch_knn import CELLS
+from bench.util.torch_knn import CELLS, GPU_CELLS
 
 DIMS = 128
 BARE_CELLS = 2**26  # distances a chunk of the bare search holds
-WIDER = 8  # search-parts: a GPU's chunk's queries, in times the CPU's (GPU_CELLS / CELLS)
+WIDER = GPU_CELLS // CELLS  # search-parts: a GPU's chunk's queries, in times the CPU's (8)
 LARGE_CLASS = 0.1  # search-parts: the share of the items in the large class, as skewed_set
 SEGMENT = 1024  # search-parts: columns of a segment of two_stage_topk's first stage
 
