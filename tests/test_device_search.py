@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bench.evaluation.device_retrieval import device_scores
+from bench.evaluation.health import HEALTH_KEYS
 from bench.evaluation.metrics import evaluate, evaluate_gallery
 from bench.evaluation.retrieval import LARGE_R, RECALL_KS, gallery_scores, query_scores
 from bench.util.knn import search
@@ -126,6 +127,8 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     import json
 
     import bench.evaluation.clustering as clustering
+    import bench.evaluation.device_health as device_health
+    import bench.evaluation.health as health
     import bench.evaluation.retrieval as retrieval
     import bench.train.baseline
     import bench.train.trainer
@@ -150,6 +153,14 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
         return real_kmeans(x, k, device, **options)
 
     monkeypatch.setattr(clustering, "torch_kmeans_assign", torch_kmeans_assign)
+    healthy = []
+
+    class DeviceHealth(device_health.DeviceHealth):
+        def __init__(self, x, device):
+            healthy.append(device)
+            super().__init__(x, device)
+
+    monkeypatch.setattr(health, "DeviceHealth", DeviceHealth)
     for module in (bench.train.trainer, bench.train.baseline):
         monkeypatch.setattr(module, "search_device", lambda device: torch.device("cpu"))
     assert cli(*args, "--results", tmp_path / "torch").exit_code == 0
@@ -159,6 +170,9 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     # k-means there too, for NMI, in the three tests that compute it (one run and the best of
     # 5 each): another seed's clusters than faiss's, so NMI is not compared below.
     assert clustered == [torch.device("cpu")] * 6
+    # The embedding's health there too: both baselines' and the run's (issue 44: the raw
+    # inputs' at 3,072 dimensions had taken seconds of a GPU run's start on its CPU).
+    assert healthy == [torch.device("cpu")] * 3
     # The same embeddings, searched by faiss and by torch: the same metrics but for near-ties,
     # two items whose float32 distances the two products round apart in the last bit, which
     # may come in either order (docs/metrics.md). One such swap moves one query's AP@R, and
@@ -168,6 +182,8 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
         theirs = json.loads((folder / "metrics.json").read_text())
         for key in ("recall@1", "recall@8", "map@r", "train_map@r"):
             assert ours.get(key) == pytest.approx(theirs.get(key), abs=2e-3), (folder, key)
+        for key in HEALTH_KEYS:  # the same embeddings: the same health, to float64 rounding
+            assert ours[key] == pytest.approx(theirs[key], rel=1e-9), (folder, key)
         if (folder / "test_embeddings.npz").is_file():
             mine = np.load(tmp_path / "torch" / folder.name / "test_embeddings.npz")
             assert np.array_equal(

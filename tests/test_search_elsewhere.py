@@ -8,6 +8,7 @@ import torch
 from click.testing import CliRunner
 
 from bench.cli import main
+from bench.evaluation.health import HEALTH_KEYS
 from bench.evaluation.retrieval import mprec_at_k
 from bench.runs import store
 from bench.util import torch_knn
@@ -45,12 +46,16 @@ def test_linear_evaluates_and_ranks_on_the_device_it_is_given(tmp_path, monkeypa
     monkeypatch.setattr(torch_knn, "search_device", lambda device: CPU)  # the CPU as a GPU
     out = CliRunner().invoke(main, [*args, "--results", tmp_path / "torch"])
     assert out.exit_code == 0, out.output
-    assert len(searched) == 1  # mprec's search (the evaluator searches with TorchSearch)
+    # mprec's search and the health's closest class means (the evaluator searches with
+    # TorchSearch)
+    assert len(searched) == 2
     (faiss_run,) = (tmp_path / "faiss").glob("digits-linear-pca-*")
     (torch_run,) = (tmp_path / "torch").glob("digits-linear-pca-*")
     faiss_metrics, torch_metrics = store.read_metrics(faiss_run), store.read_metrics(torch_run)
     for key in ("mprec@1", "mprec@10", "map@r", "recall@1"):
         assert torch_metrics[key] == pytest.approx(faiss_metrics[key], abs=1e-6), key
+    for key in HEALTH_KEYS:  # the same embedding's health, to float64 rounding
+        assert torch_metrics[key] == pytest.approx(faiss_metrics[key], rel=1e-9), key
 
 
 def test_visualize_refuses_a_device_it_does_not_know(tmp_path):

@@ -152,7 +152,7 @@ def run_linear_method(
     metrics = {
         **found,
         **mprec_metrics(curve),
-        **embedding_health(emb, labels, seed=seed),  # the report's health table, as a run's
+        **embedding_health(emb, labels, seed, device),  # the report's health table, as a run's
         "dataset": dataset,
         "protocol": Linear.registry_name,
         "data_protocol": protocol,

@@ -28,9 +28,18 @@ Python's json writes and reads back as NaN.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from bench.evaluation.device_health import DeviceHealth
+from bench.util.arrays import chunks, row_chunks
 from bench.util.knn import knn
+
+if TYPE_CHECKING:
+    import torch
 
 HEALTH_KEYS = tuple(
     f"health_{k}"
@@ -46,22 +55,10 @@ HEALTH_KEYS = tuple(
     )
 )
 MAX_PAIRS = 100_000
-CHUNK_VALUES = 1 << 22  # values held in memory at once (32 MiB)
 # Pair differences a chunk (512 KiB): held in a core's cache, 3x faster than CHUNK_VALUES at
 # 1,024 dims (200,000 pairs: 0.34 s against 1.1 s on one CPU thread), the same distances.
 PAIR_CHUNK_VALUES = 1 << 16
 THRESHOLDS = (0.90, 0.99)
-
-
-def chunks(count: int, width: int, values: int = CHUNK_VALUES) -> list[slice]:
-    """Slices of `count` rows of `width` values, about `values` values each."""
-    step = max(1, values // max(width, 1))
-    return [slice(s, s + step) for s in range(0, count, step)]
-
-
-def row_chunks(x: np.ndarray) -> list[slice]:
-    """Slices of `x`'s rows holding about CHUNK_VALUES values each."""
-    return chunks(len(x), x.shape[1])
 
 
 def variance_spectrum(x: np.ndarray) -> np.ndarray:
@@ -93,8 +90,8 @@ def components_holding(spectrum: np.ndarray, share: float) -> int:
     return min(int(np.searchsorted(cumulative, share - 1e-9)) + 1, len(spectrum))
 
 
-def pca_health(x: np.ndarray) -> dict[str, float]:
-    spectrum = variance_spectrum(x)
+def pca_health(x: np.ndarray, spectrum: np.ndarray) -> dict[str, float]:
+    """The pca_ numbers of `x`, whose `variance_spectrum` is `spectrum`."""
     # Variance at rounding level of the values' own size is none: a constant embedding.
     squares = sum(float(np.square(x[rows], dtype=np.float64).sum()) for rows in row_chunks(x))
     if spectrum.sum() <= 1e-12 * squares / max(x.size, 1):
@@ -163,18 +160,24 @@ def mean_or_nan(values: np.ndarray) -> float:
 
 
 def pair_means(
-    x: np.ndarray, labels: np.ndarray, seed: int, max_pairs: int = MAX_PAIRS
+    x: np.ndarray,
+    labels: np.ndarray,
+    seed: int,
+    max_pairs: int = MAX_PAIRS,
+    distances: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[float, float]:
     """(mean same-class distance, mean different-class distance): over all pairs where there
-    are at most 2 x `max_pairs`, else over `max_pairs` sampled pairs of each kind."""
+    are at most 2 x `max_pairs`, else over `max_pairs` sampled pairs of each kind. `distances`
+    of pairs (i, j) of rows of `x`: `pair_distances` on the CPU unless given."""
+    distances = distances or functools.partial(pair_distances, x)
     n = len(x)
     if n * (n - 1) // 2 <= 2 * max_pairs:
         i, j = np.triu_indices(n, 1)
-        d, same = pair_distances(x, i, j), labels[i] == labels[j]
+        d, same = distances(i, j), labels[i] == labels[j]
         return mean_or_nan(d[same]), mean_or_nan(d[~same])
     rng = np.random.default_rng(seed)
-    intra = pair_distances(x, *same_class_pairs(labels, rng, max_pairs))
-    inter = pair_distances(x, *different_class_pairs(labels, rng, max_pairs))
+    intra = distances(*same_class_pairs(labels, rng, max_pairs))
+    inter = distances(*different_class_pairs(labels, rng, max_pairs))
     return mean_or_nan(intra), mean_or_nan(inter)
 
 
@@ -193,9 +196,16 @@ def closest_centroids(x: np.ndarray, labels: np.ndarray) -> float:
     return float(np.linalg.norm(centroids[a] - centroids[idx[a, 0]]))
 
 
-def embedding_health(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0) -> dict[str, float]:
+def embedding_health(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    seed: int = 0,
+    device: torch.device | None = None,
+) -> dict[str, float]:
     """The `health_` numbers of one labelled embedding (see the module's docstring); all NaN
-    but the size where an embedding holds a non-finite value."""
+    but the size where an embedding holds a non-finite value. `device`: where torch computes
+    the costly parts (a run's search device: `bench.util.torch_knn.search_device`); None:
+    numpy and faiss on the CPU, as always."""
     raw, labels = np.asarray(embeddings), np.asarray(labels)
     # float32 stays float32 (each part sums in float64 a chunk at a time): a float64 copy of
     # 150,000 x 1,024 embeddings is 1.2 GB.
@@ -207,10 +217,17 @@ def embedding_health(embeddings: np.ndarray, labels: np.ndarray, seed: int = 0) 
         )
     if not np.isfinite(x).all():
         return {k: float("nan") for k in HEALTH_KEYS} | {"health_pca_dims": int(x.shape[1])}
-    health = pca_health(x)
-    intra, inter = pair_means(x, labels, seed)
+    if device is None:
+        health = pca_health(x, variance_spectrum(x))
+        intra, inter = pair_means(x, labels, seed)
+        closest = closest_centroids(x, labels)
+    else:
+        on = DeviceHealth(x, device)
+        health = pca_health(x, on.spectrum())
+        intra, inter = pair_means(x, labels, seed, distances=on.pair_distances)
+        closest = on.closest_centroids(labels)
     health["intra_class_distance_mean"] = intra
     health["inter_class_distance_mean"] = inter
     health["intra_inter_ratio"] = intra / inter if inter > 0 else float("nan")
-    health["inter_class_centroid_distance_min"] = closest_centroids(x, labels)
+    health["inter_class_centroid_distance_min"] = closest
     return {f"health_{k}": v for k, v in health.items()}

@@ -163,7 +163,7 @@ def write_baseline(
 
     for evaluation in evaluations_of(protocol.evaluations):
         metrics.update(evaluation.baseline(data, normalised))
-    metrics.update(embedding_health(embeddings, labels, seed=base.seed))
+    metrics.update(embedding_health(embeddings, labels, seed=base.seed, device=device))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
     metrics.update(run_summary(base, features=label, input_size=input_size(data)))
     atomic_write_json(run_dir / store.METRICS, metrics)

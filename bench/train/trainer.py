@@ -373,7 +373,7 @@ class Trainer:
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
         metrics, emb, labels, scores = self.test(write_tables=True)
-        metrics.update(embedding_health(emb, labels, seed=self.cfg.seed))
+        metrics.update(embedding_health(emb, labels, self.cfg.seed, self.search["device"]))
         self.run_log.test(metrics, best["epoch"])
         store.save_test_embeddings(self.run_dir, emb, labels, scores, query_flags(self.data.test))
         train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
