@@ -283,6 +283,26 @@ def test_the_device_kmeans_row_times_faiss_against_torch_with_both_nmis(monkeypa
     assert row["faiss / torch"] == pytest.approx(row["faiss (CPU)_s"] / row["torch (cpu)_s"])
 
 
+def test_the_device_health_row_times_the_cpus_health_against_torchs(monkeypatch):
+    import bench.evaluation.health as health
+    from bench.evaluation.device_health import DeviceHealth
+    from bench.speed.device_search import RAW_DIMS, device_health_benchmark, largest_difference
+    from bench.speed.scale import skewed_set
+
+    made = []
+    monkeypatch.setattr(health, "DeviceHealth", lambda x, d: made.append(d) or DeviceHealth(x, d))
+    (row,) = device_health_benchmark([700], "cpu")
+    assert made == [torch.device("cpu")] * 2  # the warm-up, then the timed run
+    assert row["items"] == 700 and row["dims"] == RAW_DIMS == 3072
+    assert row["CPU / torch"] == pytest.approx(row["CPU_s"] / row["torch (cpu)_s"])
+    assert row["largest relative difference"] < 1e-9
+    x, labels = skewed_set(700, RAW_DIMS)
+    cpu = health.embedding_health(x, labels)
+    shifted = {**cpu, "health_pca_first_share": cpu["health_pca_first_share"] * 1.5}
+    assert largest_difference(cpu, shifted) == pytest.approx(0.5)
+    assert largest_difference(cpu, cpu) == 0.0
+
+
 def test_the_search_parts_rows_time_each_part_of_one_chunk():
     from click.testing import CliRunner
 

@@ -20,6 +20,7 @@ BENCHMARKS = (
     "crossover",
     "device-search",
     "device-kmeans",
+    "device-health",
     "search-parts",
     "report",
     "start",

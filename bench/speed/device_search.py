@@ -15,6 +15,8 @@ from bench.util.runtime import synchronize
 from bench.util.torch_knn import CELLS, GPU_CELLS
 
 DIMS = 128
+RAW_DIMS = 3 * 32 * 32  # device-health: the raw inputs' baseline's (bench.data.images.RAW_SIDE)
+WARM_ITEMS = 2000  # a warm-up's items before the timed sizes
 BARE_CELLS = 2**26  # distances a chunk of the bare search holds
 WIDER = GPU_CELLS // CELLS  # search-parts: a GPU's chunk's queries, in times the CPU's (8)
 LARGE_CLASS = 0.1  # search-parts: the share of the items in the large class, as skewed_set
@@ -52,6 +54,12 @@ def harness(x: np.ndarray, labels: np.ndarray, device: torch.device) -> dict[str
     return {"R@1": float(scores["recall@1"].mean()), "MAP@R": float(np.nanmean(scores["map@r"]))}
 
 
+def warm_size(sizes: list[int], most: int = WARM_ITEMS) -> int:
+    """Items of a warm-up before timing `sizes`: `most`, or the smallest size if less (a
+    k-means of 2,000 items took seconds of a test's benchmark of 300)."""
+    return min([most, *sizes])
+
+
 def timed(fn, *args, device: torch.device) -> tuple[float, dict]:
     synchronize(device)
     start = time.perf_counter()
@@ -64,7 +72,7 @@ def device_search_benchmark(sizes: list[int], device: str) -> list[dict]:
     """Per size (128-d, one class of 10 %): the harness's device search and the bare one, each
     timed once after a warm-up on a small set."""
     on = torch.device(device)
-    warm, warm_labels = skewed_set(2000, DIMS)
+    warm, warm_labels = skewed_set(warm_size(sizes), DIMS)
     for fn in (harness, bare_torch):
         fn(warm, warm_labels, on)
     rows = []
@@ -95,7 +103,7 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
     from bench.evaluation.clustering import nmi
 
     on = torch.device(device)
-    warm, warm_labels = skewed_set(2000, DIMS)
+    warm, warm_labels = skewed_set(warm_size(sizes), DIMS)
     nmi(warm, warm_labels, on)
     rows = []
     for n in sizes:
@@ -114,6 +122,43 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
             }
         )
     return rows
+
+
+def device_health_benchmark(sizes: list[int], device: str) -> list[dict]:
+    """Per size (3,072-d: the raw inputs' baseline of 32 x 32 colour images; one class of
+    10 %): the embedding's health as a run on the CPU computes it (numpy and faiss) against
+    torch's on `device` (`bench.evaluation.device_health`), each timed once after a warm-up,
+    with the largest relative difference between their numbers."""
+    from bench.evaluation.health import embedding_health
+
+    on = torch.device(device)
+    embedding_health(*skewed_set(warm_size(sizes, 500), RAW_DIMS), device=on)
+    rows = []
+    for n in sizes:
+        x, labels = skewed_set(n, RAW_DIMS)
+        cpu_s, cpu = timed(lambda *a, device: embedding_health(*a), x, labels, device=on)
+        ours_s, ours = timed(embedding_health, x, labels, device=on)
+        rows.append(
+            {
+                "items": n,
+                "dims": RAW_DIMS,
+                "CPU_s": cpu_s,
+                f"torch ({device})_s": ours_s,
+                "CPU / torch": cpu_s / ours_s,
+                "largest relative difference": largest_difference(cpu, ours),
+            }
+        )
+    return rows
+
+
+def largest_difference(expected: dict[str, float], found: dict[str, float]) -> float:
+    """The largest |found - expected| / |expected| over the keys where both are numbers."""
+    gaps = [
+        abs(found[k] - v) / max(abs(v), 1e-300)
+        for k, v in expected.items()
+        if np.isfinite(v) and np.isfinite(found[k])
+    ]
+    return max(gaps, default=0.0)
 
 
 def search_parts_benchmark(
@@ -219,6 +264,11 @@ BENCHMARKS = {
         "NMI's k-means (PML's 20 iterations, a cluster per class): faiss on the CPU vs torch on "
         "%s (128-d, one class of 10 %%, --scale-sizes)",
         device_kmeans_benchmark,
+    ),
+    "device-health": (
+        "the embedding's health: numpy and faiss on the CPU vs torch on %s (3,072-d, one class "
+        "of 10 %%, --scale-sizes)",
+        device_health_benchmark,
     ),
     "search-parts": (
         "the evaluator's search on %s, a chunk's parts (ms; 128-d, --scale-sizes)",
