@@ -384,7 +384,7 @@ def test_a_loader_benchmark_takes_the_images_its_batches_need_by_default():
 def test_speed_benchmark_prints_ratios():
     args = "speed --batch 8 --loader synthetic --images 16 --resize 24 --crop 20 --eval-sizes 300"
     tiny = ["--refresh-images", "40", "--ann-size", "600", "--scale-sizes", "300"]
-    tiny += ["--crossover-items", "300", "--report-runs", "12"]
+    tiny += ["--crossover-items", "300", "--report-runs", "4"]
     out = cli(*args.split(), "--backbone", "small_cnn", *tiny)
     assert out.exit_code == 0, out.output
     for row in (
