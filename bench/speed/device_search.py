@@ -5,7 +5,8 @@ ratio, and both R@1 and MAP@R, which must agree."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -102,17 +103,11 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
     with both NMIs (another seed's clusters: they agree within k-means' spread, not exactly)."""
     from bench.evaluation.clustering import nmi
 
-    on = torch.device(device)
-    warm, warm_labels = skewed_set(warm_size(sizes), DIMS)
-    nmi(warm, warm_labels, on)
     rows = []
-    for n in sizes:
-        x, labels = skewed_set(n, DIMS)
-        faiss_s, faiss_nmi = timed(lambda *a, device: nmi(*a), x, labels, device=on)
-        ours_s, ours_nmi = timed(nmi, x, labels, device=on)
+    for labels, faiss_s, faiss_nmi, ours_s, ours_nmi in cpu_and_device(nmi, sizes, DIMS, device):
         rows.append(
             {
-                "items": n,
+                "items": len(labels),
                 "clusters": len(np.unique(labels)),
                 "faiss (CPU)_s": faiss_s,
                 f"torch ({device})_s": ours_s,
@@ -124,6 +119,21 @@ def device_kmeans_benchmark(sizes: list[int], device: str) -> list[dict]:
     return rows
 
 
+def cpu_and_device(
+    fn: Callable, sizes: list[int], dims: int, device: str, warm: int = WARM_ITEMS
+) -> Iterator[tuple[np.ndarray, float, Any, float, Any]]:
+    """Per size, on `skewed_set(size, dims)`: (its labels, the seconds and result of `fn(x,
+    labels)`, the CPU's path, then of `fn(x, labels, device=device)`), each timed once after a
+    warm-up on the device."""
+    on = torch.device(device)
+    fn(*skewed_set(warm_size(sizes, warm), dims), device=on)
+    for n in sizes:
+        x, labels = skewed_set(n, dims)
+        cpu_s, cpu = timed(lambda *a, device: fn(*a), x, labels, device=on)
+        ours_s, ours = timed(fn, x, labels, device=on)
+        yield labels, cpu_s, cpu, ours_s, ours
+
+
 def device_health_benchmark(sizes: list[int], device: str) -> list[dict]:
     """Per size (3,072-d: the raw inputs' baseline of 32 x 32 colour images; one class of
     10 %): the embedding's health as a run on the CPU computes it (numpy and faiss) against
@@ -131,16 +141,12 @@ def device_health_benchmark(sizes: list[int], device: str) -> list[dict]:
     with the largest relative difference between their numbers."""
     from bench.evaluation.health import embedding_health
 
-    on = torch.device(device)
-    embedding_health(*skewed_set(warm_size(sizes, 500), RAW_DIMS), device=on)
     rows = []
-    for n in sizes:
-        x, labels = skewed_set(n, RAW_DIMS)
-        cpu_s, cpu = timed(lambda *a, device: embedding_health(*a), x, labels, device=on)
-        ours_s, ours = timed(embedding_health, x, labels, device=on)
+    measured = cpu_and_device(embedding_health, sizes, RAW_DIMS, device, warm=500)
+    for labels, cpu_s, cpu, ours_s, ours in measured:
         rows.append(
             {
-                "items": n,
+                "items": len(labels),
                 "dims": RAW_DIMS,
                 "CPU_s": cpu_s,
                 f"torch ({device})_s": ours_s,
