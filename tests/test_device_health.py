@@ -11,6 +11,7 @@ import torch
 from bench.evaluation import health
 from bench.evaluation.device_health import DeviceHealth
 from bench.evaluation.health import HEALTH_KEYS, embedding_health
+from tests.test_health import axes
 
 CPU = torch.device("cpu")
 
@@ -47,16 +48,15 @@ def test_torch_parts_give_the_cpus_numbers(n, dims, classes):
 
 
 def test_torch_parts_on_the_hand_computed_and_undefined_cases():
-    eye = np.eye(8)
-    axes = np.array([s * k * eye[i] for i, s in enumerate([3, 2, 1]) for k in (1, -1)])
+    three = axes([3, 2, 1], 8)
     for labels in ([0, 0, 1, 1, 2, 2], [0] * 6, list(range(6))):  # classes, one, singletons
-        assert_same_health(*both(axes, np.array(labels)))
-    on = embedding_health(axes, np.array([0, 0, 1, 1, 2, 2]), device=CPU)
+        assert_same_health(*both(three, np.array(labels)))
+    on = embedding_health(three, np.array([0, 0, 1, 1, 2, 2]), device=CPU)
     assert on["health_pca_first_share"] == pytest.approx(18 / 28)
     assert on["health_intra_class_distance_mean"] == pytest.approx(4.0)
     constant = np.full((6, 4), 0.1, dtype=np.float32)
     assert_same_health(*both(constant, np.array([0, 0, 0, 1, 1, 1])))
-    x = axes.copy()
+    x = three.copy()
     x[0, 0] = np.nan
     assert_same_health(*both(x, np.arange(6)))
 

@@ -21,7 +21,10 @@ class DeviceHealth:
 
     def __init__(self, x: np.ndarray, device: torch.device) -> None:
         self.rows = torch.from_numpy(np.ascontiguousarray(x)).to(device)
-        self.device = torch.device(device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.rows.device
 
     @torch.no_grad()
     def spectrum(self) -> np.ndarray:
