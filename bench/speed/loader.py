@@ -176,11 +176,12 @@ def loader_benchmark(
 
 def synthetic_jpegs(folder, count: int = 640, size: tuple[int, int] = (500, 375)) -> list[str]:
     """JPEG files the size of a typical Cars196/CUB photo, for a benchmark without the data;
-    encoded on every core (a GPU machine's time is short)."""
-    import os
+    encoded on every core the process may use (a GPU machine's time is short)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from PIL import Image
+
+    from bench.data.cache_times import usable_cpus
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -192,6 +193,6 @@ def synthetic_jpegs(folder, count: int = 640, size: tuple[int, int] = (500, 375)
         if not Path(paths[i]).exists():
             Image.fromarray(noises[i]).resize(size).save(paths[i], quality=90)
 
-    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(usable_cpus()) as pool:
         list(pool.map(write, range(count)))
     return paths
