@@ -50,7 +50,7 @@ def test_a_disk_that_fills_while_writing_is_an_oserror_and_leaves_no_part(
     monkeypatch.setattr(images.os, "pwrite", full)
     with pytest.raises(OSError) as err:
         build_cache(pictures(tmp_path / "img"), None, 8, tmp_path / "cache", workers=2)
-    assert err.value.errno == errno.ENOSPC
+    assert err.value.errno == errno.ENOSPC and err.value.filename.endswith(".tmp.npy")
     assert list((tmp_path / "cache").iterdir()) == []
 
 

@@ -287,8 +287,10 @@ def fill_cache(
     times.lap("reading headers and reserving space")
     # The file closes after the pool has shut down: no thread writes to a closed descriptor.
     with open(tmp, "r+b") as file, ThreadPoolExecutor(times.threads) as pool:
-        write = partial(write_image, file.fileno(), times)
-        places = zip(paths, [box for _, box in jobs], starts.tolist(), sizes.tolist(), strict=False)
+        write = partial(write_image, file, times)
+        places = zip(
+            paths, [box for _, box in jobs], starts[:-1].tolist(), sizes.tolist(), strict=True
+        )
         written = pool.map(lambda job: tried(write, job, size), places)
         shown = tqdm(written, total=len(jobs), desc=f"caching {size}px", disable=len(jobs) < 500)
         failed = [result for result in shown if isinstance(result, Unread)]
@@ -311,9 +313,9 @@ def new_pixels_file(path: Path, offsets: np.ndarray) -> np.ndarray:
 
 
 def write_image(
-    fd: int, times: CacheTimes, path: str, box, at: int, shape: list[int], size: int
+    file, times: CacheTimes, path: str, box, at: int, shape: list[int], size: int
 ) -> None:
-    """Decode one image and write its pixels at byte `at` of the open cache file."""
+    """Decode one image and write its pixels at byte `at` of the open cache `file`."""
     pixels = load_image(path, box, size)
     if list(pixels.shape[:2]) != shape:
         raise ValueError(
@@ -321,13 +323,21 @@ def write_image(
             "replace or remove it"
         )
     start = time.perf_counter()
-    left = memoryview(pixels.reshape(-1))
-    while left:
-        done = os.pwrite(fd, left, at)
-        if not done:  # (a regular file raises ENOSPC rather)
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
-        left, at = left[done:], at + done
+    write_at(file, memoryview(pixels.reshape(-1)), at)
     times.add("writing", time.perf_counter() - start)
+
+
+def write_at(file, data: memoryview, at: int) -> None:
+    """All of `data` at byte `at` of `file` (a write may take part of it); an error names the
+    file."""
+    try:
+        while data:
+            done = os.pwrite(file.fileno(), data, at)
+            if not done:  # (a regular file raises ENOSPC rather)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            data, at = data[done:], at + done
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, file.name) from None
 
 
 def say_whole_images(jobs: list[tuple], outside: list[bool]) -> None:
