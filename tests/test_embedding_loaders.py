@@ -32,3 +32,31 @@ def test_each_split_is_embedded_through_one_loader_for_the_run(tmp_path, monkeyp
     # is embedded before training and after: each split's loader made once.
     assert [id(s) for s in made] == [id(data.test), id(data.train_eval), id(data.val)]
     assert metrics["best_epoch"] >= 1 and len(trainer.loaders) == 3
+
+
+def test_a_split_is_read_once_every_batch_is_copied_to_the_host(monkeypatch):
+    """`embed` copies each batch's embeddings to the host without waiting (on a GPU), so it
+    waits once for the device before it reads them: the same embeddings as a batch at a time."""
+    import numpy as np
+    import torch
+
+    from bench.models import embed as embed_module
+
+    class Points(torch.utils.data.Dataset):
+        labels = np.arange(300) % 7
+        x = torch.randn(300, 6, generator=torch.Generator().manual_seed(0))
+
+        def __len__(self):
+            return 300
+
+        def __getitem__(self, i):
+            return self.x[i], int(self.labels[i]), i
+
+    model = torch.nn.Linear(6, 5)
+    waited = []
+    monkeypatch.setattr(embed_module, "synchronize", waited.append)
+    emb, labels = embed_module.embed(model, Points(), torch.device("cpu"))
+    with torch.no_grad():
+        whole = model(Points.x)
+    assert waited == [torch.device("cpu")] and len(emb) == 300 > embed_module.BATCH
+    assert torch.allclose(emb, whole, atol=1e-6) and np.array_equal(labels, Points.labels)

@@ -126,9 +126,9 @@ class Crops:
             lo, hi = -self.pad, self.resize - self.crop + self.pad
             span = max(hi - lo + 1, 1)
             offsets = lo + torch.floor(uniform(2 * n, generator, sizes.device) * span).view(n, 2)
-        else:  # torchvision's CenterCrop rounds the offset
-            offsets = torch.full((n, 2), float(round((self.resize - self.crop) / 2)))
-            offsets = offsets.to(sizes)
+        else:  # torchvision's CenterCrop rounds the offset; made on the device (no copy)
+            offset = float(round((self.resize - self.crop) / 2))
+            offsets = torch.full((n, 2), offset, dtype=sizes.dtype, device=sizes.device)
         scale = sizes / self.resize  # cached pixels per stretched pixel: (y, x)
         start = offsets * scale
         end = (offsets + self.crop) * scale

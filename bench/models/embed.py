@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from bench.util.batches import split_loader, to_inputs
+from bench.util.runtime import synchronize
 
 BATCH = 256
 PROGRESS_FROM = 50  # batches: a progress bar while embedding a split this large
@@ -35,7 +36,13 @@ def embed(
     forward = model.features if features else model
     loader = loader or embedding_loader(dataset, device, workers)
     batches = tqdm(loader, desc="embedding", leave=False, disable=len(loader) < PROGRESS_FROM)
-    out = [forward(to_inputs(dataset, x, device)).float().cpu() for x, _, _ in batches]
+    # Copied to the host without waiting (into pinned memory, on a GPU), so that the GPU has
+    # the next batch queued while a batch's copy is under way; read once all are done.
+    out = [
+        forward(to_inputs(dataset, x, device)).float().to("cpu", non_blocking=True)
+        for x, _, _ in batches
+    ]
+    synchronize(device)
     emb = torch.cat(out)
     if normalize:
         emb = F.normalize(emb, dim=1)
