@@ -2,6 +2,10 @@
 validation embed their splits every epoch, and a new loader's workers each time cost a short
 epoch on a GPU much of its time."""
 
+import numpy as np
+import pytest
+import torch
+
 from bench.train import trainer as trainer_module
 from bench.train.presets import make_configs
 
@@ -34,20 +38,19 @@ def test_each_split_is_embedded_through_one_loader_for_the_run(tmp_path, monkeyp
     assert metrics["best_epoch"] >= 1 and len(trainer.loaders) == 3
 
 
-def test_a_split_is_read_once_every_batch_is_copied_to_the_host(monkeypatch):
-    """`embed` copies each batch's embeddings to the host without waiting (on a GPU), so it
-    waits once for the device before it reads them: the same embeddings as a batch at a time."""
-    import numpy as np
-    import torch
-
+@pytest.mark.parametrize("items", [300, 8 * 256, 8 * 256 + 1])
+def test_a_split_is_read_after_its_copies_to_the_host_are_done(monkeypatch, items):
+    """`embed` copies each batch's embeddings to the host without waiting (on a GPU), and waits
+    for the device once every COPIES_IN_FLIGHT batches, before it reads them: the same
+    embeddings as the model gives the whole split at once."""
     from bench.models import embed as embed_module
 
     class Points(torch.utils.data.Dataset):
-        labels = np.arange(300) % 7
-        x = torch.randn(300, 6, generator=torch.Generator().manual_seed(0))
+        labels = np.arange(items) % 7
+        x = torch.randn(items, 6, generator=torch.Generator().manual_seed(0))
 
         def __len__(self):
-            return 300
+            return items
 
         def __getitem__(self, i):
             return self.x[i], int(self.labels[i]), i
@@ -58,5 +61,6 @@ def test_a_split_is_read_once_every_batch_is_copied_to_the_host(monkeypatch):
     emb, labels = embed_module.embed(model, Points(), torch.device("cpu"))
     with torch.no_grad():
         whole = model(Points.x)
-    assert waited == [torch.device("cpu")] and len(emb) == 300 > embed_module.BATCH
+    batches = -(-items // embed_module.BATCH)
+    assert len(waited) == -(-batches // embed_module.COPIES_IN_FLIGHT)
     assert torch.allclose(emb, whole, atol=1e-6) and np.array_equal(labels, Points.labels)

@@ -13,6 +13,9 @@ from bench.util.runtime import synchronize
 
 BATCH = 256
 PROGRESS_FROM = 50  # batches: a progress bar while embedding a split this large
+# Batches copied to the host before `embed` waits for them: the GPU waits for the host once
+# every so many batches, not after each, and the pinned memory they take stays this small.
+COPIES_IN_FLIGHT = 8
 
 
 def embedding_loader(dataset: Dataset, device: torch.device, workers: int = 0) -> DataLoader:
@@ -36,14 +39,25 @@ def embed(
     forward = model.features if features else model
     loader = loader or embedding_loader(dataset, device, workers)
     batches = tqdm(loader, desc="embedding", leave=False, disable=len(loader) < PROGRESS_FROM)
-    # Copied to the host without waiting (into pinned memory, on a GPU), so that the GPU has
-    # the next batch queued while a batch's copy is under way; read once all are done.
-    out = [
-        forward(to_inputs(dataset, x, device)).float().to("cpu", non_blocking=True)
-        for x, _, _ in batches
-    ]
-    synchronize(device)
-    emb = torch.cat(out)
+    parts, copies = [], []
+    for x, _, _ in batches:
+        # To the host without waiting (into pinned memory, on a GPU): the GPU has the next
+        # batches queued while the copies are under way.
+        copies.append(forward(to_inputs(dataset, x, device)).float().to("cpu", non_blocking=True))
+        if len(copies) == COPIES_IN_FLIGHT:
+            parts.append(settled(copies, device))
+    if copies or not parts:
+        parts.append(settled(copies, device))
+    emb = torch.cat(parts)
     if normalize:
         emb = F.normalize(emb, dim=1)
     return emb, np.asarray(dataset.labels)
+
+
+def settled(copies: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """The batches copied so far, once their copies are done, as one tensor in pageable
+    memory; their pinned memory is free again for the next batches."""
+    synchronize(device)
+    done = torch.cat(copies)
+    copies.clear()
+    return done
