@@ -40,6 +40,26 @@ def test_torch_search_finds_faiss_neighbours_up_to_ties():
         assert set(i_faiss[row][strictly[row]]) <= set(i_torch[row]), row
 
 
+@pytest.mark.parametrize("dims", [3, 4, 127])
+def test_each_chunks_product_gives_the_exact_nearest_on_whole_numbers(dims):
+    # Whole-number coordinates make float32 exact, so the distances are the plain formula's
+    # to the bit and tied ones are true ties; the rows kept are the reference's but among
+    # those tied at the k-th distance. Widths of 3, 4 and 127 pad each row differently.
+    from bench.util.torch_knn import TorchSearch
+
+    gen = torch.Generator().manual_seed(dims)
+    base = torch.randint(-3, 4, (400, dims), generator=gen).float()
+    queries = torch.cat([base[:20], torch.randint(-3, 4, (30, dims), generator=gen).float()])
+    exact = ((queries[:, None, :] - base[None, :, :]) ** 2).sum(2)
+    assert torch.equal(TorchSearch(base, "cpu").distances(queries), exact)
+    dist, idx = TorchSearch(base, "cpu").nearest(queries, 15)
+    want, want_idx = in_index_order(*torch.topk(exact, 400, dim=1, largest=False))
+    assert torch.equal(dist, want[:, :15])
+    assert torch.equal(exact.gather(1, idx), dist)
+    below = want[:, :15] < want[:, 14:15]
+    assert torch.equal(idx[below], want_idx[:, :15][below])
+
+
 def test_ties_come_back_in_index_order():
     values = torch.tensor([[0.5, 0.1, 0.5, 0.1]])
     idx = torch.tensor([[9, 7, 3, 2]])

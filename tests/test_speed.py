@@ -314,9 +314,10 @@ def test_the_search_parts_rows_time_each_part_of_one_chunk():
     rows = search_parts_benchmark([3000, 30000], "cpu", repeats=1, cells=cells)
     parts = ["distances", "top-k, k 12", "top-k, k 300", "ordering 300", "scores of 300"]
     candidates = ["top-k, k 12, in two stages", "sorting whole rows"]
-    assert [row["part"] for row in rows[:12]] == parts + parts + candidates
-    assert rows[12]["part"] == "distances" and rows[14]["part"] == "top-k, k 3000"
-    for row, chunk in zip(rows, ([cells] * 5 + [cells * WIDER] * 7) * 2, strict=True):
+    candidates += ["distances, one addmm (before)"]
+    assert [row["part"] for row in rows[:13]] == parts + parts + candidates
+    assert rows[13]["part"] == "distances" and rows[15]["part"] == "top-k, k 3000"
+    for row, chunk in zip(rows, ([cells] * 5 + [cells * WIDER] * 8) * 2, strict=True):
         assert row["queries a chunk"] == min(row["items"], chunk_rows(row["items"], chunk))
         assert row["ms a chunk"] > 0
         assert row["s a search"] == pytest.approx(row["ms a chunk"] * row["chunks a search"] / 1e3)
@@ -330,6 +331,17 @@ def test_the_search_parts_rows_time_each_part_of_one_chunk():
     }  # 90 % and 10 % of the queries
     out = CliRunner().invoke(main, ["speed", "--only", "search-parts", "--scale-sizes", "500"])
     assert out.exit_code == 0 and "a chunk's parts" in out.output and "ordering 50" in out.output
+
+
+def test_the_distances_timed_as_before_are_the_searchs_distances():
+    from bench.speed.device_search import addmm_distances
+    from bench.util.torch_knn import TorchSearch
+
+    x = torch.randn(300, 128, generator=torch.Generator().manual_seed(0))
+    search = TorchSearch(x, "cpu")
+    before, now = addmm_distances(search, x[:40]), search.distances(x[:40])
+    torch.testing.assert_close(before, now, rtol=1e-5, atol=1e-4)
+    assert before.diagonal().max() < 1e-3  # its own: 0 but for cancellation near 2 x 128
 
 
 @pytest.mark.parametrize("n, m, k", [(5, 3000, 12), (3, 2048, 7), (4, 500, 12), (2, 3000, 2000)])

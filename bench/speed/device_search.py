@@ -178,7 +178,8 @@ def search_parts_benchmark(
     search of that size makes, and the seconds they take. Beside them, the same parts for a
     chunk of WIDER times the queries (a GPU's chunk since the H100 showed it faster: its
     top-k works a row per block), and candidates for a faster search, not the harness's:
-    top-k of a small class in two stages (`two_stage_topk`), and a whole sort of each row."""
+    top-k of a small class in two stages (`two_stage_topk`), and a whole sort of each row;
+    and the distances as one addmm, as the search made them before one product."""
     on, rows = torch.device(device), []
     for n in sizes:
         for chunk, candidates in ((cells, False), (cells * WIDER, True)):
@@ -215,13 +216,13 @@ def chunk_parts(
     search = TorchSearch(torch.randn(n, DIMS, device=on, generator=gen), on)
     q = search.base[: chunk_rows(n, cells)]
     big = max(1, round(n * LARGE_CLASS))
-    dist = search.distances(q)
+    dist = search.shifted(q)  # as the search ranks them: less each query's |q|^2
     top = torch.topk(dist, big, dim=1, largest=False)
     same = torch.rand(top.indices.shape, device=on, generator=gen) < 0.1
     r = torch.full((len(q),), big, device=on)
     small, large = 1 - LARGE_CLASS, LARGE_CLASS  # the queries each part runs for
     parts = [
-        ("distances", 1.0, lambda: search.distances(q)),
+        ("distances", 1.0, lambda: search.shifted(q)),
         ("top-k, k 12", small, lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False)),
         (f"top-k, k {big}", large, lambda: torch.topk(dist, big, 1, largest=False, sorted=False)),
         (f"ordering {big}", large, lambda: in_index_order(top.values, top.indices)),
@@ -231,8 +232,17 @@ def chunk_parts(
         parts += [
             ("top-k, k 12, in two stages", small, lambda: two_stage_topk(dist, 12)),
             ("sorting whole rows", large, lambda: torch.sort(dist, dim=1)),
+            ("distances, one addmm (before)", 1.0, lambda: addmm_distances(search, q)),
         ]
     return len(q), parts
+
+
+def addmm_distances(search, queries: torch.Tensor) -> torch.Tensor:
+    """A chunk's distances as the search made them until one product replaced them: |q|^2 +
+    |y|^2 - 2 q.y in one addmm (its |q|^2 + |y|^2 a whole chunk), then clamped at 0."""
+    q_norms = (queries * queries).sum(1, keepdim=True)
+    dist = torch.addmm(search.norms[None, :] + q_norms, queries, search.base.T, alpha=-2.0)
+    return dist.clamp_min_(0)
 
 
 def two_stage_topk(

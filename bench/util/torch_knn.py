@@ -3,8 +3,10 @@ with on a GPU, where faiss has no build for the machine (issue 44).
 
 Distances are |q|^2 + |y|^2 - 2 q.y in float32, below 0 counted as 0 (faiss's formula), for a
 chunk of queries at a time, at most `cells` distances held at once; each chunk asks
-`torch.topk` for its own largest k. Equal distances come back in index order, as faiss orders
-them; which of several rows tied at the k-th distance is kept may differ from faiss's."""
+`torch.topk` for its own largest k. A chunk's |y|^2 - 2 q.y are one matrix product, and |q|^2
+(the same along a query's row) is added to the k found only. Equal distances come back in index
+order, as faiss orders them; which of several rows tied at the k-th distance is kept may differ
+from faiss's."""
 
 from __future__ import annotations
 
@@ -57,29 +59,52 @@ class TorchSearch:
             base = torch.from_numpy(np.ascontiguousarray(base, dtype=np.float32))
         self.base = base.detach().float().to(self.device)
         self.norms = (self.base * self.base).sum(1)
+        self.terms = product_terms(self.base, self.norms)
 
     def __len__(self) -> int:
         return len(self.base)
 
+    def shifted(self, queries: torch.Tensor) -> torch.Tensor:
+        """(queries, base rows) |y|^2 - 2 q.y: each query's squared distances less its |q|^2,
+        in one product. |q|^2 + |y|^2 - 2 q.y in one addmm wrote and read the whole chunk
+        five times; at 1,000,000 items an H100 took 16 of a search's 31 s on it
+        (docs/speed.md)."""
+        padded = torch.zeros((len(queries), self.terms.shape[1]), device=queries.device)
+        padded[:, : queries.shape[1]] = queries
+        padded[:, queries.shape[1]] = 1.0
+        return padded @ self.terms.T
+
     def distances(self, queries: torch.Tensor) -> torch.Tensor:
         """(queries, base rows) squared distances, clamped at 0."""
-        q_norms = (queries * queries).sum(1, keepdim=True)
-        dist = torch.addmm(self.norms[None, :] + q_norms, queries, self.base.T, alpha=-2.0)
-        return dist.clamp_min_(0)
+        return self.shifted(queries).add_(squared_norms(queries)).clamp_min_(0)
 
     def nearest(
         self, queries: torch.Tensor, k: int, exclude: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The k nearest base rows of each query (on the device), base row exclude[i] left out
         of query i's: (distances, indices), by distance, then index."""
-        dist = self.distances(queries)
+        dist = self.shifted(queries)
         if exclude is not None:
             dist[torch.arange(len(dist), device=dist.device), exclude] = float("inf")
         k = min(k, dist.shape[1] - (exclude is not None))
         # Unsorted: in_index_order sorts them anyway (a sort fewer; k of 10,000 of 100,000 on
         # 2 CPU cores: 329 ms against 535 ms).
         values, idx = torch.topk(dist, k, dim=1, largest=False, sorted=False)
-        return in_index_order(values, idx)
+        return in_index_order(values.add_(squared_norms(queries)).clamp_min_(0), idx)
+
+
+def squared_norms(rows: torch.Tensor) -> torch.Tensor:
+    return (rows * rows).sum(1, keepdim=True)
+
+
+def product_terms(base: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """Each base row as [-2y, |y|^2, 0...], for a query [q, 1, 0...] to give |y|^2 - 2 q.y.
+    The zeros make a row a multiple of 16 bytes, as a GPU's matrix product wants its rows."""
+    n, dims = base.shape
+    terms = torch.zeros((n, -(-(dims + 1) // 4) * 4), device=base.device)
+    terms[:, :dims] = -2.0 * base  # exact: a power of two
+    terms[:, dims] = norms
+    return terms
 
 
 def in_index_order(values: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
