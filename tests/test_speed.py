@@ -2,6 +2,7 @@
 gives the loss's value and gradients; the evaluator-at-scale rows measure each evaluator in a
 process of its own."""
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -429,6 +430,25 @@ def test_a_device_or_thread_count_torch_refuses_is_one_line(args, says):
 
     out = CliRunner().invoke(main, ["speed", "--only", "lifted", *args])
     assert out.exit_code in (1, 2) and says in out.output and "Traceback" not in out.output
+
+
+def test_speed_uses_the_cpus_the_process_may_use_by_default(monkeypatch):
+    # A container or a job's share of a machine: os.cpu_count() counts all of the machine's.
+    from click.testing import CliRunner
+
+    from bench.cli import main
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    before = torch.get_num_threads()
+    try:
+        args = ["speed", "--only", "search-parts", "--scale-sizes", "300"]
+        out = CliRunner().invoke(main, args)
+        assert out.exit_code == 0 and out.output.startswith("device cpu, 1 CPU threads")
+        out = CliRunner().invoke(main, [*args, "--threads", "2"])
+        assert out.exit_code == 0 and out.output.startswith("device cpu, 2 CPU threads")
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_the_run_wall_row_sets_a_commands_seconds_against_its_epochs(tmp_path):

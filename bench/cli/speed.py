@@ -141,7 +141,10 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
 )
 @click.option("--device", default="cpu", show_default=True, help="cpu or cuda.")
 @click.option(
-    "--threads", default=None, type=click.IntRange(1), help="CPU threads (default: every core)."
+    "--threads",
+    default=None,
+    type=click.IntRange(1),
+    help="CPU threads (default: every core the process may use).",
 )
 def speed(
     batch, loader_dataset, data_root, resize, crop, backbone, images, workers, eval_sizes,
@@ -156,7 +159,6 @@ def speed(
     over --report-runs generated runs against reading their metrics.json; with
     --loader, the input pipeline (cache, crops on the device) against decoding every epoch,
     both against the model's training."""
-    import os
     import tempfile
 
     from bench.cli.options import parse_ints
@@ -185,6 +187,7 @@ def speed(
 
     import torch
 
+    from bench.data.cache_times import usable_cpus
     from bench.speed import device_search
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
     from bench.speed.loader import loader_benchmark
@@ -192,7 +195,9 @@ def speed(
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
     from bench.speed.scale import crossover_benchmark, scale_benchmark
 
-    torch.set_num_threads(threads or os.cpu_count() or 1)
+    # Its affinity, not os.cpu_count(): in a container or a job's share of a machine, all of
+    # the machine's cores would oversubscribe the process's.
+    torch.set_num_threads(threads or usable_cpus())
     click.echo(
         f"device {device}, {torch.get_num_threads()} CPU threads, torch {torch.__version__}, "
         f"{faiss_text()}"
