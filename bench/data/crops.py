@@ -47,7 +47,12 @@ class RaggedBatch(NamedTuple):
 
     pixels: torch.Tensor  # (B, 3, H, W) uint8
     sizes: torch.Tensor  # (B, 2) int64: each image's height and width (as given, not transposed)
-    transposed: torch.Tensor  # (B,) bool: the image is on the canvas transposed
+
+    @property
+    def transposed(self) -> torch.Tensor:
+        """(B,) bool: the image is on the canvas transposed (it is taller than wide), computed
+        where the sizes are (on the device, without a copy from the host)."""
+        return self.sizes[:, 0] > self.sizes[:, 1]
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> RaggedBatch:
         return RaggedBatch(*(t.to(device, non_blocking=non_blocking) for t in self))
@@ -67,7 +72,7 @@ def pad_batch(images: list[torch.Tensor]) -> RaggedBatch:
     for canvas, img, turn in zip(pixels, images, transposed.tolist(), strict=True):
         img = img.transpose(1, 2) if turn else img
         canvas[:, : img.shape[1], : img.shape[2]] = img
-    return RaggedBatch(pixels, sizes, transposed)
+    return RaggedBatch(pixels, sizes)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,15 @@ RAW_SIDE = 32  # the raw-inputs baseline of an image data set: pixels area-avera
 
 
 def collate_images(items: list) -> tuple[RaggedBatch, torch.Tensor, torch.Tensor]:
-    """(images, labels, indices) of a batch of CachedImages items."""
+    """(images, labels, indices) of a batch of CachedImages items. The labels, indices and
+    sizes are contiguous views of one int64 tensor, so that a loader's worker hands a batch
+    over as two tensors: each costs the thread receiving it a socket handshake for its file
+    descriptor, holding the GIL the training step needs (docs/speed.md)."""
     images, labels, indices = zip(*items, strict=True)
-    return pad_batch(list(images)), torch.tensor(labels), torch.tensor(indices)
+    batch, b = pad_batch(list(images)), len(images)
+    meta = torch.cat([torch.tensor(labels), torch.tensor(indices), batch.sizes.flatten()])
+    meta = meta.to(torch.int64)
+    return RaggedBatch(batch.pixels, meta[2 * b :].view(b, 2)), meta[:b], meta[b : 2 * b]
 
 
 class CachedImages(Dataset):
