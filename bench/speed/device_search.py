@@ -13,7 +13,7 @@ import torch
 
 from bench.speed.scale import skewed_set
 from bench.util.runtime import synchronize
-from bench.util.torch_knn import CELLS, GPU_CELLS
+from bench.util.torch_knn import CELLS, GPU_CELLS, TorchSearch
 
 DIMS = 128
 RAW_DIMS = 3 * 32 * 32  # device-health: the raw inputs' baseline's (bench.data.images.RAW_SIDE)
@@ -210,7 +210,7 @@ def chunk_parts(
     and (name, the share of the queries it runs for, the part as a call) of each part of its
     search; with `candidates`, those of a faster search's candidates as well."""
     from bench.evaluation.device_retrieval import precision_and_ap
-    from bench.util.torch_knn import TorchSearch, chunk_rows, in_index_order
+    from bench.util.torch_knn import chunk_rows, in_index_order
 
     gen = torch.Generator(on).manual_seed(0)
     search = TorchSearch(torch.randn(n, DIMS, device=on, generator=gen), on)
@@ -237,7 +237,7 @@ def chunk_parts(
     return len(q), parts
 
 
-def addmm_distances(search, queries: torch.Tensor) -> torch.Tensor:
+def addmm_distances(search: TorchSearch, queries: torch.Tensor) -> torch.Tensor:
     """A chunk's distances as the search made them until one product replaced them: |q|^2 +
     |y|^2 - 2 q.y in one addmm (its |q|^2 + |y|^2 a whole chunk), then clamped at 0."""
     q_norms = (queries * queries).sum(1, keepdim=True)
