@@ -65,14 +65,13 @@ def pad_batch(images: list[torch.Tensor]) -> RaggedBatch:
     """(3, h, w) uint8 images as one RaggedBatch: a canvas of the largest shorter side by the
     largest longer side (a 10x1000 and a 1000x10 image need 10x1000, not 1000x1000)."""
     sizes = torch.tensor([tuple(img.shape[1:]) for img in images], dtype=torch.int64).view(-1, 2)
-    transposed = sizes[:, 0] > sizes[:, 1]
     short, long = sizes.min(dim=1).values, sizes.max(dim=1).values
     height, width = (int(short.max()), int(long.max())) if len(images) else (0, 0)
-    pixels = torch.zeros((len(images), 3, height, width), dtype=torch.uint8)
-    for canvas, img, turn in zip(pixels, images, transposed.tolist(), strict=True):
+    batch = RaggedBatch(torch.zeros((len(images), 3, height, width), dtype=torch.uint8), sizes)
+    for canvas, img, turn in zip(batch.pixels, images, batch.transposed.tolist(), strict=True):
         img = img.transpose(1, 2) if turn else img
         canvas[:, : img.shape[1], : img.shape[2]] = img
-    return RaggedBatch(pixels, sizes)
+    return batch
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ def collate_images(items: list) -> tuple[RaggedBatch, torch.Tensor, torch.Tensor
     descriptor, holding the GIL the training step needs (docs/speed.md)."""
     images, labels, indices = zip(*items, strict=True)
     batch, b = pad_batch(list(images)), len(images)
-    meta = torch.cat([torch.tensor(labels), torch.tensor(indices), batch.sizes.flatten()])
-    meta = meta.to(torch.int64)
+    ints = torch.tensor([*labels, *indices], dtype=torch.int64)
+    meta = torch.cat([ints, batch.sizes.flatten()])
     return RaggedBatch(batch.pixels, meta[2 * b :].view(b, 2)), meta[:b], meta[b : 2 * b]
 
 
