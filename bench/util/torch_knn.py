@@ -58,7 +58,7 @@ class TorchSearch:
         if not isinstance(base, torch.Tensor):
             base = torch.from_numpy(np.ascontiguousarray(base, dtype=np.float32))
         self.base = base.detach().float().to(self.device)
-        self.norms = (self.base * self.base).sum(1)
+        self.norms = squared_norms(self.base)[:, 0]
         self.terms = product_terms(self.base, self.norms)
 
     def __len__(self) -> int:
