@@ -381,9 +381,36 @@ def test_the_train_step_rows_time_the_harness_against_a_bare_loop(tmp_path, monk
     for row in rows:
         assert row["harness img/s"] > 0 and row["bare img/s"] > 0
         assert row["harness / bare"] == pytest.approx(row["harness img/s"] / row["bare img/s"])
+        assert row["first batch ms"] > 0
+        assert row["harness / bare, less that wait"] > row["harness / bare"]
     assert rows[0]["bare / bare fp32"] == 1.0
     assert os.environ["NNGK_CACHE"] == str(tmp_path / "kept")  # as it was
     assert (tmp_path / "cache").is_dir() and not (tmp_path / "kept").exists()
+
+
+def test_the_first_batch_timer_times_the_wait_and_passes_every_batch_on():
+    import time
+
+    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
+
+    from bench.train.step_rates import FirstBatchTimer
+
+    class SlowFirst(torch.utils.data.Dataset):
+        def __len__(self):
+            return 6
+
+        def __getitem__(self, i):
+            time.sleep(0.3 if i == 0 else 0.1)
+            return torch.tensor(i)
+
+    loader = DataLoader(
+        SlowFirst(), batch_sampler=BatchSampler(SequentialSampler(range(6)), 2, False)
+    )
+    timed = FirstBatchTimer(loader)
+    assert timed.batch_sampler is loader.batch_sampler and len(timed) == 3
+    assert [b.tolist() for b in timed] == [[0, 1], [2, 3], [4, 5]]
+    assert 0.4 <= timed.waited < 0.75  # the first batch (0.4 s), not the epoch (0.8 s)
+    assert list(FirstBatchTimer(DataLoader([], batch_size=2))) == []
 
 
 def test_the_bare_loop_steps_with_the_runs_optimizer(monkeypatch):

@@ -44,7 +44,7 @@ def folder_set(root: Path, images: int, classes: int = CLASSES) -> Path:
 
 
 def train_step_benchmark(
-    rates: Callable[..., tuple[float, float]],
+    rates: Callable[..., tuple[float, float, float, float]],
     backbone: str,
     batch: int,
     precisions: list[str],
@@ -55,15 +55,17 @@ def train_step_benchmark(
     crop: int = 224,
     workers: int = 0,
 ) -> list[dict]:
-    """Per precision: the harness's and the bare loop's images per second (`rates`, as
-    bench.train.step_rates.step_rates gives them), and their ratio."""
+    """Per precision: the harness's and the bare loop's images per second, and their ratio;
+    the seconds the harness's epoch waited for its first batch, and the ratio had it not
+    waited (`rates`: those four, as bench.train.step_rates.step_rates gives them)."""
     on = torch.device(device)
     root = folder_set(tmp, 2 * steps * batch)  # half the classes train: `steps` batches
     rows = []
     for name in precisions:
         with cache_in(tmp / "cache"):  # the images' cache goes with the folder
-            harness, bare = rates(root, backbone, batch, name, on, steps, resize, crop,
-                                  tmp / f"run-{name}", workers)  # fmt: skip
+            run = tmp / f"run-{name}"
+            rate = rates(root, backbone, batch, name, on, steps, resize, crop, run, workers)
+        harness, bare, first, less_wait = rate
         rows.append(
             {
                 "backbone": backbone,
@@ -72,6 +74,8 @@ def train_step_benchmark(
                 "harness img/s": harness,
                 "bare img/s": bare,
                 "harness / bare": harness / bare,
+                "first batch ms": 1e3 * first,
+                "harness / bare, less that wait": less_wait / bare,
             }
         )
     fp32 = next((r for r in rows if r["precision"] == "fp32"), None)

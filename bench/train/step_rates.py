@@ -4,10 +4,13 @@ and loss (issue 44): what `nngk-bench speed --train-step` compares (bench.speed.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
+from torch.utils.data import DataLoader
 
 from bench.runs.config import RunConfig
 from bench.train.loaders import with_data_identity
@@ -18,30 +21,65 @@ from bench.train.trainer import Trainer
 from bench.util.runtime import synchronize
 
 
+class StepRates(NamedTuple):
+    """Training images per second of the harness's epoch and of the bare loop, and the seconds
+    the harness's epoch waited for its first batch (its loader's workers make a whole batch
+    each, so the first comes after one worker's batch; the device idles meanwhile)."""
+
+    harness: float
+    bare: float
+    first_batch: float
+    harness_less_wait: float  # the harness's rate had its epoch not waited for that batch
+
+
 def step_rates(
     root: Path, backbone: str, batch: int, precision: str, device: torch.device, steps: int,
     resize: int, crop: int, run_dir: Path, workers: int = 0,
-) -> tuple[float, float]:  # fmt: skip
-    """(the harness's, the bare loop's) training images per second: NNGK on the `folder:`
+) -> StepRates:  # fmt: skip
+    """The harness's and the bare loop's training images per second: NNGK on the `folder:`
     data set at `root`, no validation, the harness's second epoch (its batches loaded by
     `workers` processes) against `steps` bare steps."""
     settings = dict(backbone=backbone, pretrained="none", batch_size=batch, epochs=2)
     settings.update(val_fraction=0.0, resize=resize, crop=crop, workers=workers)
     (cfg,) = make_configs(f"folder:{root}", "nngk", (512,), {}, **settings)
     (cfg,) = with_data_identity([replace(cfg, precision=precision)])
-    return harness_rate(cfg, device, run_dir), bare_rate(cfg, device, steps)
+    harness, first_batch, less_wait = harness_rate(cfg, device, run_dir)
+    return StepRates(harness, bare_rate(cfg, device, steps), first_batch, less_wait)
 
 
-def harness_rate(cfg: RunConfig, device: torch.device, run_dir: Path) -> float:
-    """Training images per second of the harness's second epoch (the first warms it up)."""
+def harness_rate(cfg: RunConfig, device: torch.device, run_dir: Path) -> tuple[float, float, float]:
+    """Training images per second of the harness's second epoch (the first warms it up), the
+    seconds it waited for its first batch, and its rate had it not waited."""
     trainer = Trainer(cfg, run_dir, device)
     trainer.refresh()
     trainer.train_epoch(0)
+    trainer.loader = timed = FirstBatchTimer(trainer.loader)
     synchronize(device)
     start = time.perf_counter()
-    steps = trainer.train_epoch(1).count
+    images = trainer.train_epoch(1).count * cfg.batch_size
     synchronize(device)
-    return steps * cfg.batch_size / (time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    return images / seconds, timed.waited, images / (seconds - timed.waited)
+
+
+class FirstBatchTimer:
+    """A training loader as the trainer uses it, noting how long an epoch's first batch took
+    to come from the moment the epoch asked for its batches."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader, self.batch_sampler, self.waited = loader, loader.batch_sampler, 0.0
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator:
+        start = time.perf_counter()
+        batches = iter(self.loader)
+        first = next(batches, None)
+        self.waited = time.perf_counter() - start
+        if first is not None:
+            yield first
+            yield from batches
 
 
 def bare_rate(cfg: RunConfig, device: torch.device, steps: int, classes: int = 20) -> float:
