@@ -13,7 +13,7 @@ import torch
 
 from bench.speed.scale import skewed_set
 from bench.util.runtime import synchronize
-from bench.util.torch_knn import CELLS, GPU_CELLS, TorchSearch
+from bench.util.torch_knn import CELLS, GPU_CELLS, TorchSearch, squared_norms
 
 DIMS = 128
 RAW_DIMS = 3 * 32 * 32  # device-health: the raw inputs' baseline's (bench.data.images.RAW_SIDE)
@@ -240,8 +240,8 @@ def chunk_parts(
 def addmm_distances(search: TorchSearch, queries: torch.Tensor) -> torch.Tensor:
     """A chunk's distances as the search made them until one product replaced them: |q|^2 +
     |y|^2 - 2 q.y in one addmm (its |q|^2 + |y|^2 a whole chunk), then clamped at 0."""
-    q_norms = (queries * queries).sum(1, keepdim=True)
-    dist = torch.addmm(search.norms[None, :] + q_norms, queries, search.base.T, alpha=-2.0)
+    sums = search.norms[None, :] + squared_norms(queries)
+    dist = torch.addmm(sums, queries, search.base.T, alpha=-2.0)
     return dist.clamp_min_(0)
 
 
