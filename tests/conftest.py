@@ -27,6 +27,12 @@ if os.environ.get("NNGK_TEST_CUDA") != "1":
 # Set before torch is first imported, and inherited by the subprocesses the tests start.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # faiss too: it runs on the machine's cores whatever OMP_NUM_THREADS says (bench.util.knn),
+    # and its two threads in each of two processes waited for one another at every k-means
+    # step: NMI's k-means took 2.5-3x as long beside one busy process, 141 s of the suite's
+    # 1,246 CPU seconds (py-spy). Every test process and subprocess gets the same setting, so
+    # what the tests compare between processes still agrees to the bit.
+    os.environ.setdefault("NNGK_FAISS_THREADS", "1")
 
 # Nothing a test writes lands outside its temporary folders: the glyphs and image caches go to a
 # folder of this test process's own (a test may set one of its own), never to the user's
