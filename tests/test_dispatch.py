@@ -53,6 +53,18 @@ def test_a_failed_job_is_one_line_naming_its_logs(tmp_path, monkeypatch):
     assert "it ended without a result: its process was killed (out of memory, or by a" in message
 
 
+def test_local_jobs_wait_for_a_core_asleep_unless_told_otherwise(tmp_path, monkeypatch):
+    # Their OpenMP threads share this machine's cores with the other jobs': asleep while they
+    # wait, not spinning (the same results; the wall time measured in bench/cli/dispatch.py).
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    executor = Dispatch("local").submitit_executor(tmp_path)
+    assert executor.submit(os.environ.get, "OMP_WAIT_POLICY").result() == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ  # this process's as it was
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert executor.submit(os.environ.get, "OMP_WAIT_POLICY").result() == "ACTIVE"
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
 def test_slurm_gets_one_run_a_job_and_local_its_shares():
     runs = list(range(7))
     assert groups(runs, Dispatch("slurm", jobs=3)) == [[r] for r in runs]

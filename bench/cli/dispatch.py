@@ -6,8 +6,10 @@ submits or waits cancels its unfinished jobs (`stop`): none trains on behind its
 
 from __future__ import annotations
 
+import os
 import shutil
-from contextlib import suppress
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -22,6 +24,10 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("none", "local", "slurm")
 CONTROLLER_LOG = "controllers.log"  # under RESULTS/jobs
+# Local jobs share this machine's cores, so their OpenMP threads (torch's, faiss's) wait for one
+# asleep rather than spinning: the same results to the bit, and on the 2-core machine 3 glyphs
+# runs in 2 local jobs took 0.71x the wall time (docs/metrics.md). Set where the user has not.
+LOCAL_JOB_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 @dataclass(frozen=True)
@@ -50,19 +56,27 @@ class Dispatch:
             if self.partition:
                 params["slurm_partition"] = self.partition
         executor.update_parameters(**params)
-        local = self.executor == "local"
-        return Submitter(executor, Path(results) / "jobs" / CONTROLLER_LOG if local else None)
+        if self.executor != "local":
+            return Submitter(executor)
+        return Submitter(executor, Path(results) / "jobs" / CONTROLLER_LOG, LOCAL_JOB_ENVIRONMENT)
 
 
 class Submitter:
     """submitit's executor, for a command's jobs. A SIGINT or SIGTERM during a submission is
     held until it returns, then cancels every job submitted here (`stop`). A local job's
     controller writes its own output to RESULTS/jobs/controllers.log, not to the terminal:
-    a Ctrl-C reaches it too, and it answers with a KeyboardInterrupt traceback."""
+    a Ctrl-C reaches it too, and it answers with a KeyboardInterrupt traceback.
+    `environment`: variables its jobs get where this process has them unset."""
 
-    def __init__(self, executor, controller_log: Path | None = None):
+    def __init__(
+        self,
+        executor,
+        controller_log: Path | None = None,
+        environment: dict[str, str] | None = None,
+    ):
         self.executor = executor
         self.controller_log = controller_log
+        self.environment = environment or {}
         self.jobs: list = []
 
     def submit(self, fn: Callable, *args) -> Job:
@@ -73,12 +87,25 @@ class Submitter:
 
     def _submitted(self, submit: Callable[[], list[Job]]) -> list[Job]:
         with stop_signals(hold=True) as caught:
-            with output_to(self.controller_log):
+            with output_to(self.controller_log), unset_filled(self.environment):
                 jobs = submit()
             self.jobs += jobs
             if caught:
                 stop(self.jobs, caught[0])
         return jobs
+
+
+@contextmanager
+def unset_filled(values: dict[str, str]) -> Iterator[None]:
+    """This process's environment with `values` set where unset, as it was again after: what
+    submitit's local jobs, which copy it when submitted, start with."""
+    added = {name: value for name, value in values.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 DISPATCH_OPTIONS = (
