@@ -6,10 +6,8 @@ submits or waits cancels its unfinished jobs (`stop`): none trains on behind its
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -17,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 from bench.cli.interrupt import Interrupted, output_to, stop, stop_signals
+from bench.util.environ import environment
 from bench.util.progress import log
 
 if TYPE_CHECKING:
@@ -87,25 +86,12 @@ class Submitter:
 
     def _submitted(self, submit: Callable[[], list[Job]]) -> list[Job]:
         with stop_signals(hold=True) as caught:
-            with output_to(self.controller_log), unset_filled(self.environment):
+            with output_to(self.controller_log), environment(self.environment, replace=False):
                 jobs = submit()
             self.jobs += jobs
             if caught:
                 stop(self.jobs, caught[0])
         return jobs
-
-
-@contextmanager
-def unset_filled(values: dict[str, str]) -> Iterator[None]:
-    """This process's environment with `values` set where unset, as it was again after: what
-    submitit's local jobs, which copy it when submitted, start with."""
-    added = {name: value for name, value in values.items() if name not in os.environ}
-    os.environ.update(added)
-    try:
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
 
 
 DISPATCH_OPTIONS = (

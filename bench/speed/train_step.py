@@ -5,32 +5,23 @@ precision, both measured in one run (the rates: bench.train.step_rates, passed i
 
 from __future__ import annotations
 
-import os
 import shutil
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from bench.speed.loader import synthetic_jpegs
+from bench.util.environ import environment
 
 CLASSES = 20  # half train under the metric protocol
 
 
-@contextmanager
-def cache_in(folder: Path) -> Iterator[None]:
+def cache_in(folder: Path) -> AbstractContextManager[None]:
     """$NNGK_CACHE set to `folder` for a while, then as it was."""
-    before = os.environ.get("NNGK_CACHE")
-    os.environ["NNGK_CACHE"] = str(folder)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["NNGK_CACHE"]
-        else:
-            os.environ["NNGK_CACHE"] = before
+    return environment({"NNGK_CACHE": str(folder)})
 
 
 def folder_set(root: Path, images: int, classes: int = CLASSES) -> Path:
