@@ -21,6 +21,7 @@ from bench.util.knn import (
     knn,
     nearest_in_order,
     recall_at_k,
+    repeated_rows,
     search,
     uses_gpu,
 )
@@ -217,6 +218,36 @@ def test_exact_ranking_is_a_full_sort_of_the_distances(monkeypatch, threads):
     gallery = ExactRanking(x[100:])(x[:3], np.array([300, 1, 7]))  # nothing left out
     for i, k in enumerate((300, 1, 7)):
         assert np.array_equal(gallery[i, :k], in_order(sq_distances(x)[i, 100:], k))
+
+
+def test_equal_rows_tie_however_the_blas_rounds_their_products(monkeypatch):
+    """A BLAS that rounds a product by where it sits (numpy's OpenBLAS on an AMD EPYC gave
+    equal rows products 1 ulp apart; here every odd column is rounded one ulp up) still gives
+    equal rows one distance, so they come in index order, as faiss orders equal distances."""
+    rng = np.random.default_rng(5)
+    points = rng.normal(size=(6, 8)).astype(np.float32)
+    base = points[rng.integers(0, 6, 60)]
+    queries = rng.normal(size=(5, 8)).astype(np.float32)
+    real = np.matmul
+
+    def by_column(a, b, out=None):
+        out = real(a, b, out=out)
+        out[:, 1::2] = np.nextafter(out[:, 1::2], np.float32(np.inf))
+        return out
+
+    monkeypatch.setattr(np, "matmul", by_column)
+    found = ExactRanking(base)(queries, np.full(5, 60))
+    reference = sq_distances(np.concatenate([queries, base]))[:5, 5:]
+    for got, dist in zip(found, reference, strict=True):
+        assert np.array_equal(got, in_order(dist, 60))
+
+
+def test_repeated_rows_are_found_bit_for_bit():
+    x = np.array([[1, 2], [3, 4], [1, 2], [1, 2], [3, 4], [0, 0], [-0.0, 0]], np.float32)
+    copies, originals = repeated_rows(x)
+    assert copies.tolist() == [2, 3, 4] and originals.tolist() == [0, 0, 1]  # -0.0 is not 0.0
+    assert [a.tolist() for a in repeated_rows(np.zeros((3, 0), np.float32))] == [[1, 2], [0, 0]]
+    assert [len(a) for a in repeated_rows(np.zeros((0, 4), np.float32))] == [0, 0]
 
 
 class FakeGpu:

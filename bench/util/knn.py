@@ -152,13 +152,19 @@ class ExactRanking:
     within the bound sorted by (distance, index): equal distances in index order, as faiss
     orders them. Rows are ranked on `faiss_threads()` threads (numpy's sort, partition and
     arithmetic release the GIL), each with buffers of its own for the whole row.
+
+    A base row equal to an earlier one gets that one's distance: some BLAS kernels round a
+    product by where it sits in the matrix (numpy's OpenBLAS on an AMD EPYC with AVX-512 gave
+    equal rows products 1 ulp apart), and equal rows must tie, to come in index order.
     """
 
     def __init__(self, base: np.ndarray) -> None:
         self.base = _as_float32(base)
         if len(self.base) >= 2**32:
             raise ValueError(f"ExactRanking ranks at most 2**32 - 1 rows, got {len(self.base)}")
+        self.copies, self.originals = repeated_rows(self.base)
         self.norms = np.einsum("ij,ij->i", self.base, self.base)
+        self.norms[self.copies] = self.norms[self.originals]
         self._dist = np.empty((0, len(self.base)), np.float32)  # reused: no page faults a call
 
     def __call__(
@@ -171,6 +177,8 @@ class ExactRanking:
         if len(self._dist) < len(q):
             self._dist = np.empty((len(q), len(self.base)), np.float32)
         dist = np.matmul(q, self.base.T, out=self._dist[: len(q)])
+        if len(self.copies):
+            dist[:, self.copies] = dist[:, self.originals]
         dist *= -2
         q_norms = np.einsum("ij,ij->i", q, q)
         out = np.full((len(q), int(ks.max(initial=0))), -1, dtype=np.int64)
@@ -188,6 +196,18 @@ class ExactRanking:
         with ThreadPoolExecutor(faiss_threads()) as pool:
             list(pool.map(rank, range(len(q))))
         return out
+
+
+def repeated_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of x equal (bit for bit) to an earlier row, and the first row each equals."""
+    x = np.ascontiguousarray(x)
+    if not x.shape[1]:  # rows of nothing: all equal
+        return np.arange(1, len(x)), np.zeros(max(len(x) - 1, 0), np.int64)
+    rows = x.view(np.dtype((np.void, x.dtype.itemsize * x.shape[1]))).ravel()
+    _, first, which = np.unique(rows, return_index=True, return_inverse=True)
+    originals = first[which.ravel()]
+    copies = np.flatnonzero(originals != np.arange(len(x)))
+    return copies, originals[copies]
 
 
 def nearest_in_order(dist: np.ndarray, k: int, below: np.ndarray | None = None) -> np.ndarray:
