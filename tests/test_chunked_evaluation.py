@@ -82,6 +82,12 @@ def skewed(n: int, dims: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return (rng.normal(size=(n, dims)) + 0.4 * centres[labels]).astype(np.float32), labels
 
 
+def float64_distances(queries: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Squared distances in float64, as (q - y)^2 summed: the plain reference."""
+    q, b = queries.astype(np.float64), base.astype(np.float64)
+    return ((q[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+
+
 def full_sort_scores(
     queries: np.ndarray,
     query_labels: np.ndarray,
@@ -91,12 +97,11 @@ def full_sort_scores(
 ) -> dict[str, np.ndarray]:
     """The plain reference: float64 distances to every base item, fully sorted by (distance,
     index), the query itself (base row i) left out; R@K and AP@R by their definitions."""
-    q, b = queries.astype(np.float64), base.astype(np.float64)
-    dist = ((q[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    dist = float64_distances(queries, base)
     if exclude_self:
         np.fill_diagonal(dist, np.inf)
-    order = np.lexsort((np.broadcast_to(np.arange(len(b)), dist.shape), dist), axis=1)
-    same = base_labels[order[:, : len(b) - exclude_self]] == query_labels[:, None]
+    order = np.lexsort((np.broadcast_to(np.arange(len(base)), dist.shape), dist), axis=1)
+    same = base_labels[order[:, : len(base) - exclude_self]] == query_labels[:, None]
     scores = {f"recall@{k}": same[:, :k].any(axis=1).astype(float) for k in RECALL_KS}
     ap, within = [], []
     for row, r in zip(same, same.sum(axis=1), strict=True):
@@ -218,8 +223,7 @@ def near_ties(x: np.ndarray, labels: np.ndarray, eps: float) -> np.ndarray:
     """Queries (a mask) whose float64 ranking float32's rounding could change where their
     scores read it: a match and a non-match within `eps` of each other, next to each other
     among its nearest max(R, largest K) + 1 (the query itself left out)."""
-    q = x.astype(np.float64)
-    dist = ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1)
+    dist = float64_distances(x, x)
     np.fill_diagonal(dist, np.inf)
     order = np.argsort(dist, axis=1, kind="stable")[:, :-1]  # the query itself last: out
     same = labels[order] == labels[:, None]
@@ -233,8 +237,7 @@ def float32_error(x: np.ndarray) -> float:
     """The largest gap between float32's |x|^2 + |y|^2 - 2 x.y and float64's distances."""
     norms = np.einsum("ij,ij->i", x, x)
     found = (norms[:, None] + norms[None, :]) - 2 * (x @ x.T)
-    q = x.astype(np.float64)
-    return float(np.abs(found - ((q[:, None, :] - q[None, :, :]) ** 2).sum(-1)).max())
+    return float(np.abs(found - float64_distances(x, x)).max())
 
 
 @pytest.mark.parametrize("chunk", [1, 7, None])
