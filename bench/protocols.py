@@ -42,6 +42,8 @@ class Protocol:
     - `evaluations`: what validation and test add to retrieval (CLASSIFIER, VERIFICATION);
     - `gallery`: its test searches each query in a separate gallery (the test split flags its
       queries, `bench.data.datasets.query_flags`), not every item among the others;
+    - `held_out_styles`: its queries are drawn in styles held out of training (a data set that
+      names its images' styles: the emoji sets, `emoji:held_out=...`);
     - `preset`: the preset of its image data sets (`bench.train.presets.PROTOCOL_PRESETS`).
     Checks (bench/train/preflight.py); a text is what its error says, '' where it does not apply:
     - `needs_validation`: why --val-fraction 0 cannot do;
@@ -69,6 +71,7 @@ class Protocol:
     lower_is_better: ClassVar[bool] = False
     evaluations: ClassVar[tuple[str, ...]] = ()
     gallery: ClassVar[bool] = False
+    held_out_styles: ClassVar[bool] = False
     preset: ClassVar[str] = DEFAULT_PROTOCOL
     needs_validation: ClassVar[str] = ""
     trained_classes: ClassVar[str] = ""
@@ -182,6 +185,24 @@ class QueryGallery(Protocol):
     gallery = True
     preset = "query-gallery"
     classes_note = "trains on the published training items and tests on the query and gallery items"
+
+
+@register_protocol("cross-style")
+class CrossStyle(Protocol):
+    """Queries in styles never trained on, in In-Shop's query and gallery form: the first half
+    of the classes train on the images of every set but the held-out ones (which the training
+    classes never show); each held-out set's image of a test class is a query, searched among
+    the other sets' images of the test classes (the gallery); validation by MAP@R as the metric
+    protocol's, within the sets trained on."""
+
+    split = "cross-style"
+    class_validation = True
+    gallery = True
+    held_out_styles = True
+    classes_note = (
+        "trains on the first half of the classes without the held-out sets, and queries the "
+        "held-out sets' images of the rest in the other sets' images"
+    )
 
 
 def trained_protocols() -> tuple[str, ...]:

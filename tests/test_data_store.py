@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from bench.data.datasets import load_dataset, random_shift
+from bench.data.datasets import load_dataset
 from bench.data.splits import carve_validation
+from bench.data.tensor_sets import random_shift
 from bench.runs import store
 from bench.util import atomic
 from bench.util.atomic import atomic_write_json

@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from bench.data import glyphs as G
-from bench.data.datasets import PixelImages, load_dataset, tensor_splits
+from bench.data.datasets import load_dataset
 from bench.data.glyphs import GlyphSpec, generate, load_glyphs
+from bench.data.tensor_sets import PixelImages, tensor_splits
 from bench.models import embed as embed_module
 from bench.models.small import SmallCNN
 

@@ -80,7 +80,17 @@ def test_no_module_outside_the_registry_compares_a_protocol_name():
 
 
 def test_the_run_choices_are_the_protocols_that_train_in_their_order():
-    assert RUN_CHOICES == trained_protocols() == ("metric", "classify", "pairs", "query-gallery")
+    assert (
+        RUN_CHOICES
+        == trained_protocols()
+        == (
+            "metric",
+            "classify",
+            "pairs",
+            "query-gallery",
+            "cross-style",
+        )
+    )
     with pytest.raises(ValueError, match="unknown protocol 'linear'; expected one of: metric, "):
         make_splits("linear", pd.DataFrame({"label": [0, 1], "split": ""}), 0.0)
 
@@ -116,7 +126,8 @@ def test_the_report_columns_keep_their_order_and_match_what_runs_record():
 
 def test_what_each_protocol_declares_to_splits_presets_and_scores():
     with pytest.raises(
-        ValueError, match="applies to the metric and query-gallery protocols only .the classify"
+        ValueError,
+        match="applies to the metric, query-gallery and cross-style protocols only .the classify",
     ):
         check_val_split("classes", "classify")
     check_val_split("classes:1/3", "metric")

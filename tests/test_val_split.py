@@ -47,7 +47,7 @@ def test_class_validation_outside_the_metric_protocol_is_a_one_line_error(tmp_pa
     errors = [line for line in out.output.splitlines() if line.startswith("Error")]
     assert out.exit_code == 1 and errors == out.output.strip().splitlines()[-1:]
     assert (
-        "applies to the metric and query-gallery protocols only" in errors[0]
+        "applies to the metric, query-gallery and cross-style protocols only" in errors[0]
         and "Traceback" not in out.output
     )
     assert not list(tmp_path.iterdir())

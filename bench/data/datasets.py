@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -15,11 +15,19 @@ from torch.utils.data import Dataset
 
 from bench.data.crop_area import parse_crop_scale
 from bench.data.crops import Crops
+from bench.data.emoji import EmojiSpec
+from bench.data.emoji_render import load_emoji
 from bench.data.feature_files import load_feature_file
 from bench.data.glyphs import GlyphSpec, load_glyphs
 from bench.data.image_cache import build_cache, images_cache_dir
 from bench.data.images import CachedImages
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, check_dataset_name, is_glyphs
+from bench.data.names import (
+    FEATURES_PREFIX,
+    FOLDER_PREFIX,
+    check_dataset_name,
+    is_emoji,
+    is_glyphs,
+)
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102
@@ -30,6 +38,7 @@ from bench.data.sources.leafsnap import read_leafsnap
 from bench.data.sources.sop import read_sop
 from bench.data.sources.tinyimagenet import read_tinyimagenet
 from bench.data.splits import (
+    QUERY,
     carve_validation,
     limit_per_class,
     make_splits,
@@ -37,9 +46,10 @@ from bench.data.splits import (
     trained_protocol,
     training_classes_first,
 )
+from bench.data.tensor_sets import DataSplits, TensorImages, tensor_splits
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 
-PIXEL_BLOCK = 4096  # uint8 images made float at once for `PixelImages.inputs`
+EMOJI_SHIFT = 16  # an emoji's training images are shifted by up to 1/16 of their side
 
 READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "cars196": read_cars196,
@@ -51,67 +61,6 @@ READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "inshop": read_inshop,
     "inaturalist": read_inaturalist,
 }
-
-
-class TensorImages(Dataset):
-    """Images already in memory; items are (image, label, index in this split)."""
-
-    def __init__(self, images: torch.Tensor, labels: np.ndarray, shift: int = 0):
-        self.images = images
-        self.labels = np.asarray(labels, dtype=np.int64)
-        self.shift = shift
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def tensor_at(self, i: int) -> torch.Tensor:
-        # (not `image`: that is a split's displayable pixels, bench.report.gallery_images)
-        return self.images[i]
-
-    def __getitem__(self, i: int):
-        image = self.tensor_at(i)
-        if self.shift:
-            image = random_shift(image, self.shift)
-        return image, int(self.labels[i]), i
-
-    def inputs(self) -> np.ndarray:
-        """The raw inputs, flattened: the untrained baseline's embedding."""
-        return self.images.reshape(len(self.images), -1).numpy()
-
-
-class PixelImages(TensorImages):
-    """Rows of uint8 (N, H, W) pixels, a memory-mapped glyphs cache, as one-channel images in
-    [0, 1]: made float an item at a time, so that no split copies the set, nor holds it as
-    floats."""
-
-    def __init__(self, pixels: np.ndarray, rows: np.ndarray, labels: np.ndarray, shift: int = 0):
-        super().__init__(pixels, labels, shift)
-        self.rows = np.asarray(rows, dtype=np.int64)
-
-    def tensor_at(self, i: int) -> torch.Tensor:
-        return torch.from_numpy(self.images[self.rows[i]].astype(np.float32) / 255.0)[None]
-
-    def inputs(self) -> np.ndarray:
-        out = np.empty((len(self.rows), int(np.prod(self.images.shape[1:]))), np.float32)
-        for start in range(0, len(out), PIXEL_BLOCK):
-            rows = self.rows[start : start + PIXEL_BLOCK]
-            pixels = self.images[rows].reshape(len(rows), -1)
-            out[start : start + len(rows)] = pixels.astype(np.float32) / 255.0
-        return out
-
-    def __getstate__(self):
-        # A memory map is pickled (for a loader's spawned workers) as where it lies, not whole.
-        state = dict(self.__dict__)
-        if isinstance(self.images, np.memmap):
-            m = self.images
-            state["images"] = (m.filename, m.offset, m.shape, m.dtype.str)
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        if isinstance(state["images"], tuple):
-            filename, offset, shape, dtype = state["images"]
-            state["images"] = np.memmap(filename, np.dtype(dtype), "r", offset, shape)
-        self.__dict__.update(state)
 
 
 class QueryGalleryImages(CachedImages):
@@ -128,62 +77,6 @@ def query_flags(split: Dataset) -> np.ndarray | None:
     whose items are all searched among each other."""
     flags = getattr(split, "queries", None)
     return None if flags is None else np.asarray(flags, dtype=bool)
-
-
-def random_shift(image: torch.Tensor, shift: int) -> torch.Tensor:
-    """Translate by up to `shift` pixels each way, zero-filled (the small-image random crop)."""
-    h, w = image.shape[-2:]
-    padded = torch.nn.functional.pad(image, (shift, shift, shift, shift))
-    dy, dx = torch.randint(0, 2 * shift + 1, (2,)).tolist()
-    return padded[..., dy : dy + h, dx : dx + w]
-
-
-@dataclass
-class DataSplits:
-    name: str
-    train: Dataset  # training transform (augmentation, if any)
-    train_eval: Dataset  # the same items with the deterministic evaluation transform
-    val: Dataset
-    test: Dataset
-    in_channels: int
-    num_train_classes: int
-    unseen: Dataset | None = None  # pairs protocol: test images of the unseen classes
-    class_names: tuple[str, ...] = ()
-
-
-def tensor_splits(
-    name: str,
-    images: torch.Tensor,
-    labels: np.ndarray,
-    protocol: str,
-    val_fraction: float,
-    train_per_class: int,
-    val_split: str,
-    shift: int = 0,
-) -> DataSplits:
-    """Images held in memory (N, C, H, W), or uint8 pixels (N, H, W) each split takes rows of
-    (`PixelImages`), split by the protocol; training images shifted by up to `shift` pixels."""
-    table = pd.DataFrame({"label": labels, "split": ""})
-    splits = make_splits(protocol, table, val_fraction, train_per_class, val_split)
-    classes = np.unique(labels)
-    labels, order = training_classes_first(labels, splits.train)
-
-    def part(rows: np.ndarray, shift: int = 0) -> TensorImages:
-        if isinstance(images, np.ndarray):
-            return PixelImages(images, rows, labels[rows], shift=shift)
-        return TensorImages(images[rows], labels[rows], shift=shift)
-
-    return DataSplits(
-        name=name,
-        train=part(splits.train, shift=shift),
-        train_eval=part(splits.train),
-        val=part(splits.val),
-        test=part(splits.test),
-        in_channels=1 if isinstance(images, np.ndarray) else images.shape[1],
-        num_train_classes=len(np.unique(labels[splits.train])),
-        unseen=part(splits.unseen) if len(splits.unseen) else None,
-        class_names=tuple(str(c) for c in classes[order]),
-    )
 
 
 def digits(
@@ -214,6 +107,55 @@ def glyphs(
     train, the second half test. The images stay uint8 in the memory-mapped cache."""
     pixels, labels = load_glyphs(GlyphSpec.parse(name))
     return tensor_splits(name, pixels, labels, protocol, val_fraction, train_per_class, val_split)
+
+
+def emoji(
+    name: str,
+    protocol: str = DEFAULT_PROTOCOL,
+    val_fraction: float = 0.2,
+    train_per_class: int = 0,
+    val_split: str = "images",
+    data_root: Path | None = None,
+    **_,
+) -> DataSplits:
+    """The emoji sets (`emoji.py`), rendered into the cache and memory-mapped; metric
+    protocol: the first half of the classes (in their names' SHA-1 order) train, the rest
+    test; cross-style: the held-out sets' images are the queries. Training images shifted by
+    up to a sixteenth of their side (a padded random crop)."""
+    spec = EmojiSpec.parse(name)
+    check_held_out(spec, protocol)
+    rendered = load_emoji(spec, data_root or default_data_root())
+    held = [rendered.set_names.index(s) for s in spec.held_out_names()]
+    data = tensor_splits(
+        name,
+        rendered.images,
+        rendered.labels,
+        protocol,
+        val_fraction,
+        train_per_class,
+        val_split,
+        shift=spec.size // EMOJI_SHIFT,
+        names=rendered.class_names,
+        published=np.where(np.isin(rendered.sets, held), QUERY, ""),
+    )
+    return replace(data, packages=rendered.packages(), credits=rendered.credits())
+
+
+def check_held_out(spec: EmojiSpec, protocol: str) -> None:
+    """A one-line ValueError where the protocol queries held-out sets and none are named, or
+    sets are held out under a protocol that holds none out (they would change nothing)."""
+    takes = trained_protocol(protocol).held_out_styles
+    if takes and not spec.held_out:
+        raise ValueError(
+            f"the {protocol} protocol queries sets held out of training: name them in the data "
+            f"set, e.g. --dataset {spec.name()}{':' if spec.name() == 'emoji' else ','}"
+            "held_out=twemoji+openmoji"
+        )
+    if spec.held_out and not takes:
+        raise ValueError(
+            f"held_out={spec.held_out} applies to --protocol cross-style only (the {protocol} "
+            "protocol trains and tests on every set): drop it, or give --protocol cross-style"
+        )
 
 
 def default_data_root() -> Path:
@@ -330,6 +272,8 @@ def check_dataset(name: str) -> None:
     check_dataset_name(name)
     if is_glyphs(name):
         GlyphSpec.parse(name)
+    if is_emoji(name):
+        EmojiSpec.parse(name)
 
 
 def load_dataset(
@@ -342,6 +286,8 @@ def load_dataset(
         return digits(protocol, val_fraction, **chosen)
     if is_glyphs(name):
         return glyphs(name, protocol, val_fraction, **chosen)
+    if is_emoji(name):
+        return emoji(name, protocol, val_fraction, data_root=image_opts.get("data_root"), **chosen)
     if name.startswith(FEATURES_PREFIX):
         return check_queries(feature_splits(name, val_fraction, **chosen), protocol)
     return image_splits(name, protocol, val_fraction, **image_opts)

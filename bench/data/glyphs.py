@@ -25,7 +25,7 @@ import os
 import shutil
 import struct
 import zipfile
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from bench.data.image_cache import cache_folder, remove_stale_parts
 from bench.data.names import GLYPHS_NAME
+from bench.data.set_params import parse_set_params
 from bench.util.progress import log
 
 NAME = GLYPHS_NAME
@@ -70,25 +71,7 @@ class GlyphSpec:
     @classmethod
     def parse(cls, name: str) -> GlyphSpec:
         """'glyphs' or 'glyphs:classes=40,size=16'; a one-line ValueError for anything else."""
-        head, _, args = name.partition(":")
-        if head != NAME:
-            raise ValueError(f"not a glyphs data set: {name!r}")
-        known = {f.name: f.type for f in fields(cls)}
-        given = {}
-        for part in filter(None, args.split(",")):
-            key, sep, value = part.partition("=")
-            if not sep or key not in known:
-                raise ValueError(
-                    f"bad glyphs parameter {part!r} in {name!r}; expected key=value with keys "
-                    f"{', '.join(known)} (e.g. glyphs:classes=40,size=16)"
-                )
-            if key in given:
-                raise ValueError(f"glyphs parameter {key} is given twice in {name!r}; give it once")
-            try:
-                given[key] = float(value) if key == "difficulty" else int(value)
-            except ValueError:
-                raise ValueError(f"bad value {value!r} for glyphs parameter {key}") from None
-        return replace(cls(), **given).checked()
+        return parse_set_params(cls, name, NAME, "glyphs:classes=40,size=16").checked()
 
     def checked(self) -> GlyphSpec:
         if self.classes < 4 or self.instances < 2 or self.size < 8:

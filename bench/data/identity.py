@@ -1,6 +1,7 @@
 """Where a run's data lies and a fingerprint of it, so that a run on other data is another run.
 
-The built-in sets (digits, glyphs) are fully named by their name. An image data set is
+The built-in sets (digits, glyphs) are fully named by their name; an emoji set by its name, its
+sets' versions and the renderer's (not where the packages lie). An image data set is
 identified by its resolved folder and by its image table (path, label, split, box) with every
 file's size and modification time: replacing, adding or relabelling an image changes it. A
 features file is identified by its resolved path, size and modification time.
@@ -15,8 +16,10 @@ from pathlib import Path
 import pandas as pd
 
 from bench.data.datasets import default_data_root, read_table
+from bench.data.emoji import EmojiSpec
+from bench.data.emoji_render import emoji_fingerprint
 from bench.data.image_cache import file_stats
-from bench.data.names import FEATURES_PREFIX, is_glyphs
+from bench.data.names import FEATURES_PREFIX, is_emoji, is_glyphs
 
 TABLE_COLUMNS = ("path", "label", "split", "x1", "y1", "x2", "y2")
 
@@ -43,6 +46,14 @@ def data_identity(dataset: str, data_root: str) -> dict[str, str]:
         return {"data_location": "", "data_fingerprint": ""}
     if dataset.startswith(FEATURES_PREFIX):
         return features_identity(dataset)
+    if is_emoji(dataset):
+        # The sets' versions and the rendering name the images wherever the packages lie: the
+        # same run id and table on every machine (CI's regression check reads its baseline so).
+        root = Path(data_root) if data_root else default_data_root()
+        return {
+            "data_location": "",
+            "data_fingerprint": emoji_fingerprint(EmojiSpec.parse(dataset), root),
+        }
     table, root = read_table(dataset, Path(data_root) if data_root else default_data_root())
     return {
         "data_location": str(Path(root).expanduser().resolve()),

@@ -10,6 +10,7 @@ FOLDER_PREFIX = "folder:"
 # `nngk-bench pretrain`'s source: glyphs classes 1000-1999, none of the benchmark's 0-199.
 PRETRAIN_SOURCE = "glyphs:first=1000,classes=1000"
 GLYPHS_NAME = "glyphs"
+EMOJI_NAME = "emoji"
 # The data sets read from their official layouts (datasets.py READERS, tested equal).
 READER_NAMES = (
     "cars196",
@@ -27,12 +28,23 @@ def is_glyphs(name: str) -> bool:
     return name == GLYPHS_NAME or name.startswith(GLYPHS_NAME + ":")
 
 
+def is_emoji(name: str) -> bool:
+    return name == EMOJI_NAME or name.startswith(EMOJI_NAME + ":")
+
+
+def is_built_in(name: str) -> bool:
+    """Whether the data set is one of the harness's own (digits, glyphs, emoji), whose images
+    it makes at the size their name gives: never resized or cropped."""
+    return name == "digits" or is_glyphs(name) or is_emoji(name)
+
+
 def dataset_names() -> list[str]:
     """Every data set `--dataset` takes, as the help and the errors show them."""
     return [
         "digits",
         *sorted(READER_NAMES),
         "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X,first=N]",
+        "emoji[:size=N,min_sets=N,sets=NAME+NAME,classes=N]",
         f"{FOLDER_PREFIX}PATH",
         f"{FEATURES_PREFIX}PATH.npz",
     ]
@@ -47,10 +59,10 @@ def check_dataset_name(name: str) -> None:
         raise ValueError(f"--dataset {name} names no folder; give {name}PATH ({name}. for here)")
     if name == FEATURES_PREFIX:
         raise ValueError(f"--dataset {name} names no file; give {name}FILE.npz")
-    known = name in ("digits", *READER_NAMES) or is_glyphs(name)
+    known = name in READER_NAMES or is_built_in(name)
     if known or name.startswith((FOLDER_PREFIX, FEATURES_PREFIX)):
         return
-    close = did_you_mean(name, ["digits", GLYPHS_NAME, *READER_NAMES])
+    close = did_you_mean(name, ["digits", GLYPHS_NAME, EMOJI_NAME, *READER_NAMES])
     raise ValueError(
         f"unknown data set {name!r}{close}; expected one of: {', '.join(dataset_names())}"
     )

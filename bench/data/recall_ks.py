@@ -6,12 +6,15 @@ versions recorded R@1/2/4/8 for every data set, and are reported as they are."""
 
 from __future__ import annotations
 
+from bench.data import emoji
 from bench.data.sources import inshop, sop
 from bench.protocols import DEFAULT_RECALL_KS
 
-DECLARED: dict[str, tuple[int, ...]] = {source.NAME: source.RECALL_KS for source in (sop, inshop)}
+DECLARED: dict[str, tuple[int, ...]] = {
+    source.NAME: source.RECALL_KS for source in (sop, inshop, emoji)
+}
 
 
 def recall_ks(dataset: str) -> tuple[int, ...]:
-    """The Ks of a data set's Recall@K, by its `--dataset` name."""
-    return DECLARED.get(dataset, DEFAULT_RECALL_KS)
+    """The Ks of a data set's Recall@K, by its `--dataset` name (a set's parameters aside)."""
+    return DECLARED.get(dataset.partition(":")[0], DEFAULT_RECALL_KS)

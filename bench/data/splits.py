@@ -14,6 +14,9 @@ trains (`bench.protocols` names the split each protocol takes):
   images.
 - query-gallery (In-Shop, Liu et al. 2016): the published training images train (validation
   carved from them), the query and gallery images test, with the queries flagged.
+- cross-style (the emoji sets): the metric protocol's halves of the classes, without the
+  held-out styles' images in training; the test classes' held-out images are queries searched
+  in the other styles' images.
 """
 
 from __future__ import annotations
@@ -155,8 +158,13 @@ def published_class_split(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] 
 
 
 def gallery_protocols() -> str:
-    """The protocols that search queries in a gallery, for the errors ('query-gallery')."""
-    return " or ".join(n for n in trained_protocols() if get_protocol(n).gallery)
+    """The protocols that search a data set's published queries in its gallery, for the
+    errors ('query-gallery'; not cross-style, whose queries are the held-out styles')."""
+    return " or ".join(
+        n
+        for n in trained_protocols()
+        if get_protocol(n).gallery and not get_protocol(n).held_out_styles
+    )
 
 
 def has_queries(table: pd.DataFrame) -> bool:
@@ -199,6 +207,25 @@ def query_gallery_splits(
     train_all, test = np.nonzero(train)[0], np.nonzero(~train)[0]
     tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold, class_names(table))
     return Splits(train_all[tr], train_all[va], test, queries=queries[test])
+
+
+def cross_style_splits(
+    table: pd.DataFrame, val_fraction: float, by_classes: bool = False, fold=None
+) -> Splits:
+    """The first half of the classes train on the images not marked as queries (validation
+    carved from them); the rest test, the marked images (a held-out style's) its queries and
+    the others its gallery; the marked images of the training classes are never used."""
+    labels, held = table["label"].to_numpy(), table["split"].to_numpy() == QUERY
+    if not held.any() or held.all():
+        raise ValueError(
+            "the cross-style protocol queries images in styles held out of training: it needs "
+            "a data set that names its images' styles and which are held out (e.g. "
+            "--dataset emoji:held_out=twemoji+openmoji); use --protocol metric for this one"
+        )
+    trained = np.isin(labels, first_half_classes(labels))
+    train_all, test = np.nonzero(trained & ~held)[0], np.nonzero(~trained)[0]
+    tr, va = carve_validation(labels[train_all], val_fraction, by_classes, fold, class_names(table))
+    return Splits(train_all[tr], train_all[va], test, queries=held[test])
 
 
 def classify_splits(table: pd.DataFrame, val_fraction: float) -> Splits:
@@ -274,8 +301,9 @@ def check_val_split(val_split: str, protocol: str) -> None:
     if by_classes and not get_protocol(protocol).class_validation:
         allowed = [n for n in trained_protocols() if get_protocol(n).class_validation]
         plural = "s" if len(allowed) > 1 else ""
+        listed = ", ".join(allowed[:-1]) + " and " * (len(allowed) > 1) + allowed[-1]
         raise ValueError(
-            f"a class-disjoint validation split applies to the {' and '.join(allowed)} "
+            f"a class-disjoint validation split applies to the {listed} "
             f"protocol{plural} only (the {protocol} protocol tests classes it trained on)"
         )
 
@@ -288,6 +316,7 @@ SPLITTERS = {
     "classify": classify_splits,
     "pairs": pairs_splits,
     QUERY_GALLERY: query_gallery_splits,
+    "cross-style": cross_style_splits,
 }
 
 

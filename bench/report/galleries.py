@@ -21,6 +21,7 @@ from bench.report.gallery_images import (
     QUERY_FRAME,
     ImagesOf,
     answer_cells,
+    credited,
     grid_figure,
     has_images,
     load_splits,
@@ -104,9 +105,10 @@ def side_by_side_figure(
     run_names: tuple[str, str] = ("A", "B"),
     names: Sequence[str] = (),
     gallery: np.ndarray | None = None,
+    credits: str = "",
 ) -> bytes:
     """PNG: per query, run A's top-k (left) and run B's (right); an orange query frame and a
-    note where one run's top-1 is right and the other's wrong."""
+    note where one run's top-1 is right and the other's wrong; `credits` under the title."""
     found = [retrieved(emb, queries, k, gallery) for emb in embeddings]
     right = [frame_decisions(labels, queries, f) for f in found]
     notes = {(True, False): "top-1 right: left only", (False, True): "top-1 right: right only"}
@@ -122,7 +124,7 @@ def side_by_side_figure(
             [query_cell(images_of, labels, names, int(q), note, frame), *left, None, *other]
         )
     n = found[0].shape[1]
-    title = f"left: {run_names[0]}\nright: {run_names[1]}"
+    title = "\n".join(filter(None, (f"left: {run_names[0]}", f"right: {run_names[1]}", credits)))
     return grid_figure(rows, title, [1.0] * (n + 1) + [SPACER] + [1.0] * n)
 
 
@@ -200,13 +202,16 @@ def comparison_figure(
     names: Sequence[str],
     device=None,
     gallery: np.ndarray | None = None,
+    credits: str = "",
 ) -> bytes:
     """Two runs side by side on n fixed queries, their top-1 disagreements first (every test
     item's top-1 searched by faiss on the CPU, or by torch on `device`; with a `gallery`, the
-    queries' in it)."""
+    queries' in it); `credits` under the title."""
     right = [top1_correct(emb, labels, device, gallery) for emb in embs]
     queries = compare_queries(labels, *right, n, dataset, gallery)
-    return side_by_side_figure(images_of, embs, labels, queries, k, run_names, names, gallery)
+    return side_by_side_figure(
+        images_of, embs, labels, queries, k, run_names, names, gallery, credits
+    )
 
 
 def pair_errors_of(
@@ -245,17 +250,32 @@ def visualize_galleries(
     fixed = fixed_queries(labels, queries, cfg.dataset, gallery)
     files = {
         "gallery-fixed.png": gallery_figure(
-            show, emb, labels, fixed, k, f"{name}: fixed queries", names, gallery=gallery
+            show,
+            emb,
+            labels,
+            fixed,
+            k,
+            credited(f"{name}: fixed queries", data),
+            names,
+            gallery=gallery,
         ),
         "gallery-worst.png": worst_figure(
-            show, emb, labels, queries, k, f"{name}: worst queries (AP@R)", names, device, gallery
+            show,
+            emb,
+            labels,
+            queries,
+            k,
+            credited(f"{name}: worst queries (AP@R)", data),
+            names,
+            device,
+            gallery,
         ),
     }
     if compare is not None:
         other, _ = saved_test(compare, data.test)
         files[f"gallery-vs-{Path(compare).name}.png"] = comparison_figure(
             show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names,
-            device, gallery,
+            device, gallery, data.credits,
         )  # fmt: skip
     if get_protocol(cfg.protocol).evaluates(VERIFICATION):
         files["pair-errors.png"] = pair_errors_of(show, run_dir, emb, labels, queries, names)
@@ -299,7 +319,7 @@ def gallery_files(runs: pd.DataFrame, name: str) -> dict[str, bytes]:
             labels,
             queries,
             REPORT_K,
-            f"{title}: fixed queries",
+            credited(f"{title}: fixed queries", data),
             data.class_names,
             gallery=gallery,
         )

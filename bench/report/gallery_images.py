@@ -95,6 +95,11 @@ def not_at_hand(cfg: RunConfig, err: Exception) -> PartUnavailable:
     return PartUnavailable(f"{cfg.dataset}: its images are not at hand ({first_line(err)})")
 
 
+def credited(title: str, data: DataSplits) -> str:
+    """A figure's title, and below it what the data's images must be credited with."""
+    return f"{title}\n{data.credits}" if data.credits else title
+
+
 def item_image(split: Dataset, i: int) -> np.ndarray:
     """Item i of a split as (h, w, 3) uint8: cached pixels as they are; an image tensor
     (C, H, W) in [0, 1] times 255 (any other range stretched to 0-255), one channel as grey."""

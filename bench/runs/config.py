@@ -80,7 +80,8 @@ class RunConfig:
         "metric: test on classes never trained on; classify: the same classes in every split "
         "(Meyer et al. 2018, §3.2); pairs: seen and unseen classes of the Tiny ImageNet "
         "pair-verification report; query-gallery: In-Shop's queries searched in its gallery "
-        "(Liu et al. 2016).",
+        "(Liu et al. 2016); cross-style: the held-out emoji sets' images searched in the "
+        "other sets'.",
     )
     loss: str = setting("nngk", "The loss's name (`nngk-bench losses`).", option=False)
     loss_params: dict[str, Any] = field(

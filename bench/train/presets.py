@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from bench.data.names import FEATURES_PREFIX, is_glyphs
+from bench.data.names import FEATURES_PREFIX, is_built_in, is_emoji, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset
@@ -66,6 +66,12 @@ GLYPHS = Preset(
     loss_params={"nngk": SMALL_NETWORK_NNGK},
     loss_config={name: {"lr": 0.001} for name in LOWER_LR},
 )
+
+# emoji (bench/data/emoji.py; 32x32 RGB by default, 518 training classes of 8-12 images): the
+# glyphs preset, its per-loss learning rates included (chosen on glyphs, not tuned on emoji;
+# `nngk-bench tune` gives every loss the same budget there), validated on a fifth of the training
+# classes held out (Musgrave et al. 2020), as a class has too few images to lend a share of each.
+EMOJI = replace(GLYPHS, config={**GLYPHS.config, "val_split": "classes"})
 
 # Meyer et al. 2018 §3.1: GoogLeNet with ImageNet weights, 256x256 images, random 224 crops and
 # mirroring, batch 20, SGD lr 1e-5, weight decay 2e-4; NNGK with 100 neighbours refreshed every 10
@@ -251,11 +257,13 @@ def preset_for(protocol: str, dataset: str, preset: str = "") -> Preset:
         if preset not in PRESETS:
             raise ValueError(f"unknown preset {preset!r}; expected one of: {', '.join(PRESETS)}")
         images, small = PRESETS[preset]
-        return small.get("glyphs" if is_glyphs(dataset) else dataset, images)
+        return small.get("glyphs" if is_glyphs(dataset) or is_emoji(dataset) else dataset, images)
     if dataset == "digits":
         return DIGITS
     if is_glyphs(dataset):
         return GLYPHS
+    if is_emoji(dataset):  # validation by held-out classes where the protocol allows it
+        return EMOJI if get_protocol(protocol).class_validation else GLYPHS
     if dataset.startswith(FEATURES_PREFIX):
         return FEATURES
     images, by_dataset = PROTOCOL_PRESETS[get_protocol(protocol).preset]
@@ -274,7 +282,7 @@ def batch_settings(loss: str) -> dict[str, Any]:
 def uses_images(dataset: str) -> bool:
     """Whether the data set's images are resized and cropped (the built-in sets and feature
     files are used as they are)."""
-    return not (dataset == "digits" or is_glyphs(dataset) or dataset.startswith(FEATURES_PREFIX))
+    return not (is_built_in(dataset) or dataset.startswith(FEATURES_PREFIX))
 
 
 def check_crop(cfg: RunConfig, given: dict[str, Any]) -> None:

@@ -128,7 +128,7 @@ class Trainer:
             "run_id": self.name,
             "weights": self.weights,
             "resolved_loss_params": params,
-            "versions": package_versions(),
+            "versions": {**package_versions(), **self.data.packages},
             "device": str(self.device),
             "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it (README)
         }
