@@ -22,6 +22,7 @@ class AngularLoss(PMLLoss):
     memory_ok = False  # the negatives would be the memory's, not normalised here
     normalize_embeddings = True
     family = "ranking"
+    pml_class = PMLAngularLoss
 
     def __init__(self, alpha: float = 40.0):
         super().__init__(PMLAngularLoss(alpha=alpha))

@@ -22,6 +22,7 @@ class ArcFaceLoss(PMLLoss):
 
     normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and weights
     family = "classification"
+    pml_class = PMLArcFaceLoss
 
     def __init__(self, num_classes: int, dims: int, margin: float = 28.6, scale: float = 64.0):
         super().__init__(PMLArcFaceLoss(num_classes, dims, margin=margin, scale=scale))

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from bench.util.knn import search
+from losses.domains import Domain
 
 KNN_VOTES = 10
 # The report's groups of losses, in its order: the source papers' (NNGK and the losses it was
@@ -33,7 +34,11 @@ class BenchLoss(nn.Module):
       when that is not 1; `sources["lr_multiplier"]` says where the value comes from);
     - `memory_ok`: a PML pair or triplet loss that takes a cross-batch memory (`--memory N`,
       losses/memory.py);
-    - `family`: its group in the report (one of `FAMILIES`).
+    - `family`: its group in the report (one of `FAMILIES`);
+    - `pml_class`: the PML loss class it hands its parameters to, whose declared domains
+      (losses/domains.py) they share, under PML's names where `pml_names` renames one;
+      `domains`: those of its parameters of its own. The command line checks the parameters
+      given against them before anything loads.
     """
 
     # Where each default parameter value comes from: a source document, PML, or "chosen here".
@@ -49,6 +54,9 @@ class BenchLoss(nn.Module):
     lr_multiplier: ClassVar[float] = 1.0
     memory_ok: ClassVar[bool] = False
     family: ClassVar[str] = "paper"
+    pml_class: ClassVar[type | None] = None
+    pml_names: ClassVar[dict[str, str]] = {}
+    domains: ClassVar[dict[str, Domain]] = {}
 
     def refresh(self, embeddings: torch.Tensor, labels: torch.Tensor) -> None:
         """Update state that depends on the embeddings of the whole training set."""

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from losses.base import BenchLoss
+from losses.domains import COUNT
 from losses.registry import register_loss
 from miners.pair_generator import balanced_pairs
 
@@ -48,6 +49,7 @@ class BCEPairLoss(BenchLoss):
     search_space = {"pairs_per_anchor": ("int", 1, 4)}
 
     class_balanced = True
+    domains = {"pairs_per_anchor": COUNT}
 
     def __init__(self, pairs_per_anchor: int = 1):
         super().__init__()

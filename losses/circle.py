@@ -25,6 +25,7 @@ class CircleLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "pair weighting"
+    pml_class = PMLCircleLoss
 
     def __init__(self, m: float = 0.4, gamma: float = 80.0):
         super().__init__(PMLCircleLoss(m=m, gamma=gamma))

@@ -19,6 +19,7 @@ class ContrastiveLoss(PMLLoss):
     class_balanced = True
     memory_ok = True
     normalize_embeddings = True
+    pml_class = PMLContrastiveLoss
 
     def __init__(self, pos_margin: float = 0.0, neg_margin: float = 0.5):
         super().__init__(PMLContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from losses.contrastive_squared import ContrastiveSquaredLoss
+from losses.domains import COUNT
 from losses.registry import register_loss
 from miners.centroid_hard_negative import CentroidHardNegativeMiner
 
@@ -38,6 +39,7 @@ class ContrastiveCentroidLoss(ContrastiveSquaredLoss):
         ),
     }
     search_space = {"margin": ("float", 0.2, 2.0), "closest_classes": ("int", 1, 20)}
+    domains = {**ContrastiveSquaredLoss.domains, "closest_classes": COUNT, "refresh_every": COUNT}
 
     def __init__(
         self,

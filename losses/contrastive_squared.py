@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from losses.base import BenchLoss
+from losses.domains import COUNT
 from losses.registry import register_loss
 from miners.pair_generator import balanced_pairs
 
@@ -42,6 +43,7 @@ class ContrastiveSquaredLoss(BenchLoss):
     search_space = {"margin": ("float", 0.2, 2.0)}
 
     class_balanced = True
+    domains = {"pairs_per_anchor": COUNT}
 
     def __init__(self, margin: float = 1.0, pairs_per_anchor: int = 1):
         super().__init__()

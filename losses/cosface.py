@@ -17,6 +17,7 @@ class CosFaceLoss(PMLLoss):
 
     normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and weights
     family = "classification"
+    pml_class = PMLCosFaceLoss
 
     def __init__(self, num_classes: int, dims: int, margin: float = 0.35, scale: float = 64.0):
         super().__init__(PMLCosFaceLoss(num_classes, dims, margin=margin, scale=scale))

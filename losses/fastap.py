@@ -18,6 +18,7 @@ class FastAPLoss(PMLLoss):
     class_balanced = True
     normalize_embeddings = True
     family = "ranking"
+    pml_class = PMLFastAPLoss
 
     def __init__(self, num_bins: int = 10):
         super().__init__(PMLFastAPLoss(num_bins=num_bins))

@@ -23,6 +23,7 @@ class GeneralizedLiftedStructureLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's LpDistance normalises them
     family = "pair weighting"
+    pml_class = PMLGeneralizedLiftedStructureLoss
 
     def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0):
         super().__init__(

@@ -44,6 +44,8 @@ class HistogramLoss(PMLLoss):
     memory_ok = False  # PML's class takes no reference embeddings (the memory's)
     normalize_embeddings = True  # PML's CosineSimilarity
     family = "ranking"
+    pml_class = PMLHistogramLoss
+    pml_names = {"num_bins": "n_bins"}
 
     def __init__(self, num_bins: int = 100):
         distance = BinnedCosine(2 / num_bins)

@@ -2,6 +2,7 @@ import torch
 import torch.nn.functional as F
 
 from losses.base import BenchLoss
+from losses.domains import POSITIVE
 from losses.registry import register_loss
 
 
@@ -29,6 +30,7 @@ class InstanceLoss(BenchLoss):
     class_balanced = True  # with random batches nearly every label would be a singleton
     normalize_embeddings = True
     family = "classification"
+    domains = {"gamma": POSITIVE}  # the softmax's scale: 0 trains nothing
 
     def __init__(self, gamma: float = 64.0):
         super().__init__()

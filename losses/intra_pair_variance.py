@@ -22,6 +22,7 @@ class IntraPairVarianceLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity
     family = "pair weighting"
+    pml_class = PMLIntraPairVarianceLoss
 
     def __init__(self, pos_eps: float = 0.01, neg_eps: float = 0.01):
         super().__init__(PMLIntraPairVarianceLoss(pos_eps=pos_eps, neg_eps=neg_eps))

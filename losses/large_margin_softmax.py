@@ -3,7 +3,8 @@ from pytorch_metric_learning.losses import LargeMarginSoftmaxLoss as PMLLargeMar
 from losses.base import PMLLoss
 from losses.registry import register_loss
 
-# The margin m is an integer multiple of the angle; papers and PML train with m <= 4.
+# The margin m is a whole multiple of the angle (its domain is PML's class's, losses/domains.py);
+# papers and PML train with m <= 4.
 MARGIN_SPACE = ("int", 2, 4)
 SCALE_SPACE = ("log", 0.25, 16.0)
 
@@ -30,17 +31,7 @@ class LargeMarginSoftmaxLoss(PMLLoss):
     # The logits carry |W_j| |x|: the loss does not work on the unit sphere.
     normalize_embeddings = False
     family = "classification"
+    pml_class = PMLLargeMarginSoftmaxLoss
 
     def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
-        check_angle_multiple(margin)
         super().__init__(PMLLargeMarginSoftmaxLoss(num_classes, dims, margin=margin, scale=scale))
-
-
-def check_angle_multiple(margin: float) -> None:
-    """A ValueError for a margin that is no whole multiple of the angle: PML rounds m down to
-    a whole number for cos(m theta)'s expansion (2.5 trains as 2, while the run records 2.5),
-    and divides by it (0.5 fails at the first step)."""
-    if margin != int(margin) or margin < 1:
-        raise ValueError(
-            f"margin is a whole multiple of the angle, 1 or more (e.g. 4); got {margin}"
-        )

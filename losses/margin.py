@@ -37,6 +37,7 @@ class MarginLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True
     family = "pair weighting"
+    pml_class = PMLMarginLoss
 
     def __init__(
         self, margin: float = 0.2, beta: float = 1.2, nu: float = 0.0, learn_beta: bool = True

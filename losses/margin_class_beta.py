@@ -21,6 +21,7 @@ class MarginClassBetaLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True
     family = "pair weighting"
+    pml_class = PMLMarginLoss
 
     def __init__(self, num_classes: int, margin: float = 0.2, beta: float = 1.2, nu: float = 0.0):
         super().__init__(

@@ -29,6 +29,7 @@ class MultiSimilarityLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity
     family = "pair weighting"
+    pml_class = PMLMultiSimilarityLoss
 
     def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5):
         super().__init__(PMLMultiSimilarityLoss(alpha=alpha, beta=beta, base=base))

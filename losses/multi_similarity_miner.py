@@ -25,6 +25,7 @@ class MultiSimilarityMinerLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity, in the loss and the miner
     family = "pair weighting"
+    pml_class = PMLMultiSimilarityLoss
 
     def __init__(
         self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, epsilon: float = 0.1

@@ -19,6 +19,7 @@ class NCALoss(PMLLoss):
 
     class_balanced = True  # with random batches most anchors have no positive in the batch
     normalize_embeddings = True
+    pml_class = PMLNCALoss
 
     def __init__(self, softmax_scale: float = 1.0):
         super().__init__(PMLNCALoss(softmax_scale=softmax_scale))

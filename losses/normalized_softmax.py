@@ -15,6 +15,7 @@ class NormalizedSoftmaxLoss(PMLLoss):
     # PML's DotProductSimilarity normalises the embeddings (its default) and the loss the weights.
     normalize_embeddings = True
     family = "classification"
+    pml_class = PMLNormalizedSoftmaxLoss
 
     def __init__(self, num_classes: int, dims: int, temperature: float = 0.05):
         super().__init__(PMLNormalizedSoftmaxLoss(num_classes, dims, temperature=temperature))

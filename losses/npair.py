@@ -24,6 +24,8 @@ class NPairLoss(PMLLoss):
 
     class_balanced = True
     examples_per_class = 2
+    pml_class = NPairsLoss
+    pml_names = {"l2_reg": "embedding_reg_weight"}
 
     def __init__(self, l2_reg: float = 0.002):
         super().__init__(

@@ -16,6 +16,7 @@ class NTXentLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity
     family = "ranking"
+    pml_class = PMLNTXentLoss
 
     def __init__(self, temperature: float = 0.07):
         super().__init__(PMLNTXentLoss(temperature=temperature))

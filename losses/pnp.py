@@ -30,6 +30,7 @@ class PNPLoss(PMLLoss):
     memory_ok = False  # PML's CrossBatchMemory refuses it (it takes no reference embeddings)
     normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "ranking"
+    pml_class = PMLPNPLoss
 
     def __init__(
         self, b: float = 2.0, alpha: float = 8.0, anneal: float = 0.01, variant: str = "O"

@@ -21,6 +21,7 @@ class ProxyAnchorLoss(PMLLoss):
     normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and proxies
     lr_multiplier = 100.0
     family = "proxy"
+    pml_class = PMLProxyAnchorLoss
 
     def __init__(self, num_classes: int, dims: int, margin: float = 0.1, alpha: float = 32.0):
         super().__init__(PMLProxyAnchorLoss(num_classes, dims, margin=margin, alpha=alpha))

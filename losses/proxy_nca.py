@@ -23,6 +23,7 @@ class ProxyNCALoss(PMLLoss):
 
     normalize_embeddings = True
     family = "proxy"
+    pml_class = PMLProxyNCALoss
 
     def __init__(self, num_classes: int, dims: int, softmax_scale: float = 1.0):
         super().__init__(PMLProxyNCALoss(num_classes, dims, softmax_scale=softmax_scale))

@@ -36,6 +36,7 @@ class RankedListLoss(PMLLoss):
     memory_ok = False  # PML's CrossBatchMemory refuses it (it takes no reference embeddings)
     normalize_embeddings = True  # PML's LpDistance normalises them
     family = "ranking"
+    pml_class = PMLRankedListLoss
 
     def __init__(
         self, margin: float = 0.4, Tn: float = 10.0, imbalance: float = 0.5, Tp: float = 0.0

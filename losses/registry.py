@@ -8,6 +8,7 @@ from typing import Any
 from bench.util.errors import check_known
 from bench.util.registry import Registry
 from losses.base import BenchLoss
+from losses.domains import Domain, pml_domain
 from losses.pml_adapter import is_pml_name, pml_loss_class, pml_loss_names
 
 LOSSES = Registry("loss")
@@ -41,6 +42,29 @@ def loss_defaults(name: str) -> dict[str, Any]:
     }
 
 
+def loss_domains(name: str) -> dict[str, Domain]:
+    """The declared domains of a loss's parameters (losses/domains.py): its own, or those of
+    the PML class it hands them to, under PML's names."""
+    cls = get_loss_class(name)
+    found = {}
+    for param in loss_defaults(name):
+        domain = cls.domains.get(param)
+        if domain is None and cls.pml_class is not None:
+            domain = pml_domain(cls.pml_class, cls.pml_names.get(param, param))
+        if domain is not None:
+            found[param] = domain
+    return found
+
+
+def check_domains(name: str, params: dict[str, Any]) -> None:
+    """A ValueError naming the first parameter outside its declared domain, and the domain
+    (None is a parameter left unset: PML's HistogramLoss takes n_bins or delta)."""
+    for param, domain in loss_domains(name).items():
+        value = params.get(param)
+        if value is not None and not domain.holds(value):
+            raise ValueError(f"{param}={value}: {param} is {domain}")
+
+
 def loss_family(name: str) -> str:
     """The family of a loss ("" for a name no longer registered)."""
     return get_loss_class(name).family if is_loss(name) else ""
@@ -65,6 +89,7 @@ def build_loss(name: str, params: dict[str, Any], memory: int = 0, **context: An
     cross-batch memory of `memory` embeddings (of `dims`) where that is not 0."""
     cls = get_loss_class(name)
     check_known("loss", name, params, loss_defaults(name))
+    check_domains(name, params)  # before the loss divides by one of them
     wanted = inspect.signature(cls.__init__).parameters
     ctx = {k: v for k, v in context.items() if k in wanted}
     loss = cls(**params, **ctx)

@@ -44,6 +44,7 @@ class SmoothAPLoss(PMLLoss):
     memory_ok = False  # PML's class takes no reference embeddings (the memory's)
     normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "ranking"
+    pml_class = PMLSmoothAPLoss
 
     def __init__(self, temperature: float = 0.01):
         super().__init__(PMLSmoothAPLoss(temperature=temperature))

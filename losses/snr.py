@@ -22,6 +22,7 @@ class SNRContrastiveLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True
     family = "ranking"
+    pml_class = SignalToNoiseRatioContrastiveLoss
 
     def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0):
         super().__init__(

@@ -31,6 +31,7 @@ class SoftTripleLoss(PMLLoss):
     normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and centres
     lr_multiplier = 100.0
     family = "proxy"
+    pml_class = PMLSoftTripleLoss
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 from pytorch_metric_learning.losses import SphereFaceLoss as PMLSphereFaceLoss
 
 from losses.base import PMLLoss
-from losses.large_margin_softmax import MARGIN_SPACE, SCALE_SPACE, check_angle_multiple
+from losses.large_margin_softmax import MARGIN_SPACE, SCALE_SPACE
 from losses.registry import register_loss
 
 
@@ -27,7 +27,7 @@ class SphereFaceLoss(PMLLoss):
     # The decision is on angles alone and the paper compares test features by cosine.
     normalize_embeddings = True
     family = "classification"
+    pml_class = PMLSphereFaceLoss
 
     def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
-        check_angle_multiple(margin)
         super().__init__(PMLSphereFaceLoss(num_classes, dims, margin=margin, scale=scale))

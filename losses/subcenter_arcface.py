@@ -17,6 +17,7 @@ class SubCenterArcFaceLoss(PMLLoss):
 
     normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and weights
     family = "classification"
+    pml_class = PMLSubCenterArcFaceLoss
 
     def __init__(
         self,

@@ -16,6 +16,7 @@ class SupConLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity
     family = "ranking"
+    pml_class = PMLSupConLoss
 
     def __init__(self, temperature: float = 0.1):
         super().__init__(PMLSupConLoss(temperature=temperature))

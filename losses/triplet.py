@@ -25,6 +25,7 @@ class TripletLoss(PMLLoss):
     class_balanced = True
     memory_ok = True
     normalize_embeddings = True
+    pml_class = TripletMarginLoss
 
     def __init__(self, margin: float = 0.2, miner: str = "semihard"):
         super().__init__(TripletMarginLoss(margin=margin), build_miner(miner, margin=margin))

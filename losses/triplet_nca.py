@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 
 from losses.base import BenchLoss
+from losses.domains import POSITIVE
 from losses.registry import register_loss
 from miners import build_miner
 
@@ -44,6 +45,7 @@ class TripletNCALoss(BenchLoss):
 
     class_balanced = True
     normalize_embeddings = True
+    domains = {"temperature": POSITIVE}  # it divides by it
 
     def __init__(self, miner: str = "semihard", temperature: float = 0.1, margin: float = 0.2):
         super().__init__()

@@ -22,6 +22,7 @@ class TupletMarginLoss(PMLLoss):
     memory_ok = True
     normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "pair weighting"
+    pml_class = PMLTupletMarginLoss
 
     def __init__(self, margin: float = 5.73, scale: float = 64.0):
         super().__init__(PMLTupletMarginLoss(margin=margin, scale=scale))

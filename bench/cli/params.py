@@ -1,20 +1,24 @@
 """Loss parameters on the command line: `--loss-param NAME=VALUE`, repeatable, for any parameter
-of any loss (`nngk-bench losses` lists them with their defaults). A value is read as the type of
-the parameter's default (true/false/1/0 for a bool); the parameters are checked against what
-the loss takes and by building the loss once, so that a bad one is a one-line error before
-anything is written. The options each parameter had of its own (--sigma, --miner, ...) stay,
-as short spellings of --loss-param in `run`."""
+of any loss (`nngk-bench losses` lists them with their defaults). A value is read as a value of
+the parameter's declared domain where it has one (losses/domains.py: n_bins an integer >= 1),
+else as the type of its default (true/false/1/0 for a bool); the parameters are checked
+against what the loss takes and by building the loss once, so that a bad one is a one-line
+error before the data loads and anything is written. The options each parameter had of its
+own (--sigma, --miner, ...) stay, as short spellings of --loss-param in `run`."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT
 from bench.util.errors import first_line, takes
+
+if TYPE_CHECKING:  # losses imports torch and PML: only when a loss's parameters are read
+    from losses.domains import Domain
 
 
 def loss_param_option(
@@ -146,6 +150,26 @@ def parsed(name: str, text: str, default: Any, loose: bool = False) -> Any:
     return text
 
 
+def read(name: str, text: str, default: Any, domain: Domain | None, loose: bool) -> Any:
+    """`text` as a value of the parameter's declared domain (losses/domains.py), checked
+    here, before the data loads: a one-line ValueError naming the parameter and its domain
+    (n_bins=0 divided by zero at the first step); as the type of its default where it has
+    none (`parsed`)."""
+    if domain is None:
+        return parsed(name, text, default, loose)
+    try:
+        return domain.read(text)
+    except ValueError:
+        raise ValueError(f"bad --loss-param {name}={text}: {name} is {domain}") from None
+
+
+def check_alias(name: str, value: Any, domain: Domain | None, aliases: dict[str, Any]) -> None:
+    """A ValueError where a short spelling's value (--margin 2.5) lies outside the declared
+    domain of the parameter it sets."""
+    if domain is not None and not domain.holds(value):
+        raise ValueError(f"bad {spelled(name, aliases)} {value}: {name} is {domain}")
+
+
 def number_or_text(text: str) -> int | float | str:
     """'3' -> 3, '0.5' -> 0.5, anything else as it is (a finite number only: NaN passes every
     bound a loss checks)."""
@@ -172,17 +196,20 @@ def loss_params(loss: str, pairs: dict[str, str], aliases: dict[str, Any] | None
     """The parameters given for `loss`, parsed and checked (a one-line ValueError): each one
     the loss takes; a short spelling and --loss-param of one parameter agree; a miner known;
     the loss builds with them."""
-    from losses import loss_defaults
+    from losses.registry import loss_defaults, loss_domains
 
     aliases = aliases or {}
-    defaults = loss_defaults(loss)
+    defaults, domains = loss_defaults(loss), loss_domains(loss)
     for name in (*aliases, *pairs):
         if name not in defaults:
             raise ValueError(
                 f"loss {loss!r} does not take {spelled(name, aliases)}; it takes: {takes(defaults)}"
             )
     loose = loss.startswith("pml:")
-    params = {name: parsed(name, text, defaults[name], loose) for name, text in pairs.items()}
+    params = {
+        name: read(name, text, defaults[name], domains.get(name), loose)
+        for name, text in pairs.items()
+    }
     for name, value in aliases.items():
         if params.get(name, value) != value:
             raise ValueError(
@@ -190,6 +217,7 @@ def loss_params(loss: str, pairs: dict[str, str], aliases: dict[str, Any] | None
                 "disagree; give one of them"
             )
         params[name] = value
+        check_alias(name, value, domains.get(name), aliases)
     check_built(loss, params)  # its own checks first: they say more (NNGK needs sigma > 0)
     for name in pairs.keys() & RANGES.keys():  # the bounds its short spelling has
         if isinstance(params[name], (int, float)) and not isinstance(params[name], bool):
@@ -208,7 +236,7 @@ def check_built(loss: str, params: dict[str, Any]) -> None:
     logging.disable(logging.WARNING)  # e.g. NNGK's k cut to the stand-in's size
     try:
         build_loss(loss, params, num_train=1000, num_classes=10, dims=8)
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, AssertionError, ArithmeticError) as err:  # PML asserts some
         raise ValueError(f"loss {loss!r} with {params}: {first_line(err)}") from None
     finally:
         logging.disable(logging.NOTSET)
