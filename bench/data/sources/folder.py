@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from bench.data.names import FOLDER_PREFIX
 from bench.data.sources.base import DatasetError, image_table, require
 from bench.util.progress import log
 
@@ -90,3 +92,18 @@ def read_folder(root: Path) -> pd.DataFrame:
         for p in images
     ]
     return image_table(rows)
+
+
+def check_outside_data(path: Path, datasets: Iterable[str], option: str) -> None:
+    """A one-line ValueError where `path` (what `option` writes: `run --results`, `report`,
+    `features` and `visualize --out`) lies inside the folder of a `folder:` data set: never
+    written into a user's data, where it would be read back as a class of it."""
+    where = Path(path).expanduser().resolve()
+    for dataset in dict.fromkeys(d for d in datasets if d.startswith(FOLDER_PREFIX)):
+        root = Path(dataset.removeprefix(FOLDER_PREFIX)).expanduser().resolve()
+        if where == root or root in where.parents:
+            raise ValueError(
+                f"{option} {path} lies inside the data folder {root}: nothing is written into "
+                f"your data, where it would be read back as a class of it; give {option} "
+                "outside it (e.g. run from the folder above)"
+            )
