@@ -330,6 +330,29 @@ def test_the_report_goes_beside_its_results_by_default(tmp_path, monkeypatch):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("given", ["folder:{root}", "folder:imgs"])
+def test_a_report_into_the_runs_image_folder_is_refused_writing_nothing(tmp_path, given):
+    # Issue 69: `report --out <images>/report` wrote 11 files there, and the next run read
+    # them as a class; `run --results`, `visualize --out` and `features --out` refused it.
+    root = tmp_path / "imgs"
+    (root / "maple").mkdir(parents=True)
+    r = tmp_path / "r"
+    # 'folder:imgs' ran elsewhere: its recorded location is the folder it read.
+    dataset = given.format(root=root)
+    make_run(r, "n", loss="nngk", dataset=dataset, data_location=str(root), data_fingerprint="a")
+    for out in (root / "report", root):
+        cli = report_cli(r, out)
+        assert cli.exit_code == 1, cli.output
+        line = cli.output.strip().splitlines()[-1]
+        assert line == (
+            f"Error: --out {out} lies inside the data folder {root}: nothing is written into "
+            "your data, where it would be read back as a class of it; give --out outside it "
+            "(e.g. run from the folder above); nothing was written or removed"
+        )
+    assert sorted(p.name for p in root.iterdir()) == ["maple"]
+    assert report_cli(r, tmp_path / "report").exit_code == 0
+
+
 @pytest.mark.parametrize(
     "command", [["report", "--out"], ["report", "--results"], ["run", "--results"]]
 )

@@ -87,3 +87,38 @@ def test_fewer_than_two_classes_with_images(tmp_path: Path) -> None:
 def test_a_missing_folder_names_its_path_not_the_data_root(tmp_path: Path) -> None:
     message = _error(tmp_path / "absent")  # folder:PATH gives its own path: no data root used
     assert str(tmp_path / "absent") in message and "--data-root" not in message
+
+
+def test_a_class_folder_linking_to_another_class_is_refused_naming_both(tmp_path: Path) -> None:
+    # Issue 69: followed, so a training class's images were tested again under another label.
+    root = make_folder(tmp_path, classes=3, per_class=4)
+    maple = class_names(3)[0]
+    (root / "zelkova").symlink_to(root / maple, target_is_directory=True)
+    message = _error(root)
+    assert message == (
+        f"folder: {root}: classes {maple!r} and 'zelkova' share 4 image(s) by their real path "
+        f"(e.g. zelkova/{maple}_0.jpg is {maple}/{maple}_0.jpg, a link), so a training image "
+        "would be tested again as another's neighbour; an image belongs to one class folder, "
+        "once: remove the link(s) and run again"
+    )
+    (root / "zelkova").unlink()
+    (root / "zelkova").symlink_to(root / maple / "nested", target_is_directory=True)
+    assert f"classes {maple!r} and 'zelkova' share 1 image(s)" in _error(root)
+
+
+def test_an_image_linked_into_another_class_or_twice_into_its_own_is_refused(tmp_path):
+    root = make_folder(tmp_path, classes=3, per_class=4)
+    maple, birch, _ = class_names(3)
+    (root / birch / "borrowed.jpg").symlink_to(root / maple / f"{maple}_0.jpg")
+    assert f"classes {birch!r} and {maple!r} share 1 image(s)" in _error(root)
+    (root / birch / "borrowed.jpg").unlink()
+    (root / maple / "again.jpg").symlink_to(root / maple / f"{maple}_0.jpg")
+    assert f"class {maple!r} holds 1 image(s) twice by their real path" in _error(root)
+
+
+def test_a_class_folder_linked_from_elsewhere_is_read_as_its_own(tmp_path: Path) -> None:
+    root = make_folder(tmp_path / "a", classes=2, per_class=2)
+    elsewhere = make_folder(tmp_path / "b", classes=1, per_class=2) / class_names(1)[0]
+    (root / "linked").symlink_to(elsewhere, target_is_directory=True)
+    df = read_folder(root)
+    assert df.class_name.value_counts().to_dict() == dict.fromkeys([*class_names(2), "linked"], 2)

@@ -59,8 +59,8 @@ def features(
     features:PATH`."""
     from bench.data.datasets import check_dataset
     from bench.data.feature_files import write_features
+    from bench.data.sources.folder import check_outside_data
     from bench.train.extract import default_features_path, extract_features
-    from bench.train.preflight import check_outside_data
 
     given = dict(resize=resize, crop=crop, seed=seed, data_root=data_root)
     out = out or default_features_path(dataset, protocol, backbone, pretrained, **given)

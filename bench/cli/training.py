@@ -274,7 +274,7 @@ def finished_record(run_dir: Path) -> dict:
         fault = f"its {store.METRICS} {found}" if (found := metrics_fault(metrics)) else ""
     except ValueError as err:
         metrics, fault = {}, first_line(err).removeprefix(f"{run_dir}: ")
-    if not fault and (found := config_fault(run_dir)):
+    if not fault and (found := config_fault(run_dir, metrics)):
         fault = f"it {found}"
     embeddings = Path(run_dir) / store.EMBEDDINGS
     if not fault and embeddings.exists() and not zipfile.is_zipfile(embeddings):

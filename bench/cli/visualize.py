@@ -121,8 +121,8 @@ def visualize_one(
 def check_drawable(run_dir: Path, out: Path, gallery: bool) -> None:
     """A one-line ValueError where `out` lies in the run's image folder, or its galleries
     would show images other than the run's."""
+    from bench.data.sources.folder import check_outside_data
     from bench.report.gallery_images import check_same_data, has_images, run_config
-    from bench.train.preflight import check_outside_data
 
     if not (Path(run_dir) / store.CONFIG).is_file():
         return  # not a run: said by what loads its embeddings

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.report.fields import INT_MOST
 from bench.report.runs import load_runs
 from bench.report.table_format import one_per_seed
 from bench.util.atomic import atomic_write_text
@@ -98,18 +99,44 @@ def read_baseline(baseline: Path) -> pd.DataFrame:
 
 
 def line_fault(row) -> str:
-    """What is wrong with one line of a baseline ('' where nothing)."""
-    value = pd.to_numeric(pd.Series([row.value]), errors="coerce").iloc[0]
+    """What is wrong with one line of a baseline ('' where nothing): each field read as the
+    report reads a run's (`bench.report.fields`), so that no line passes that could never
+    fail (a value below 0) or never be met (runs 0.5)."""
+    value = as_number(row.value)
     if pd.isna(value):
         return f"the value {row.value!r} is not a number"
     if not math.isfinite(value):
         return f"the value {row.value} is not finite; a baseline must be a measured value"
+    if not 0 <= value <= 1:  # recall, NMI, MAP@R, accuracy: every checked metric is a share
+        return (
+            f"the value {row.value} is outside 0 to 1, where every checked metric lies; write "
+            "the baseline from the runs (`check --update`)"
+        )
     if row.metric not in CHECKED:
         return f"unknown metric {row.metric!r}; check compares {', '.join(CHECKED)}"
-    dims = pd.to_numeric(pd.Series([row.dims]), errors="coerce").iloc[0]
-    if pd.isna(dims) or dims != int(dims) or dims < 1:
-        return f"dims {row.dims!r} is not a positive integer"
+    names = [k for k in ("table", "method") if not isinstance(getattr(row, k), str)]
+    if names:
+        return f"no {names[0]}; each line names the table, method, dims and metric it checks"
+    if not is_count(row.dims):
+        return f"dims {row.dims!r} is not a positive integer (1 to {INT_MOST})"
+    runs = getattr(row, "runs", math.nan)
+    if not pd.isna(runs) and not is_count(runs):
+        return (
+            f"runs {runs!r} is not a positive integer (the seeds of the mean); give their "
+            "number, or leave it empty not to check it"
+        )
     return ""
+
+
+def as_number(value: object) -> float:
+    """A CSV cell as a number, NaN where it is none."""
+    return pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+
+
+def is_count(value: object) -> bool:
+    """A whole number from 1 to INT_MOST, however the CSV typed it (64, 64.0)."""
+    number = as_number(value)
+    return bool(not pd.isna(number) and number == int(number) and 1 <= number <= INT_MOST)
 
 
 def regressions(results: Path, baseline: Path, tolerance: float) -> tuple[list[str], list[str]]:

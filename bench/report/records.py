@@ -10,6 +10,7 @@ import numpy as np
 
 from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
 from bench.protocols import protocol_columns
+from bench.report.fields import FROM_CONFIG, field_fault
 from bench.runs import store
 from bench.util.errors import first_line
 
@@ -18,10 +19,11 @@ from bench.util.errors import first_line
 OPTIONAL_METRICS = ("nmi_best_of_5", *protocol_columns())
 
 
-def config_fault(run_dir: Path) -> str:
+def config_fault(run_dir: Path, metrics: dict | None = None) -> str:
     """What makes a finished run's config.json unusable ('' where nothing): every version
     wrote one, and the settings metrics.json lacks come from it, so a run without it would
-    take the defaults' settings (another row) without a word."""
+    take the defaults' settings (another row) without a word; those settings are checked as
+    metrics.json's are (`bench.report.fields`)."""
     path = Path(run_dir) / store.CONFIG
     try:
         config = json.loads(path.read_text())
@@ -29,13 +31,18 @@ def config_fault(run_dir: Path) -> str:
         return f"has no {store.CONFIG}, where its settings are"
     except (OSError, ValueError) as err:
         return f"{store.CONFIG} is unreadable ({type(err).__name__}: {first_line(err)})"
-    return "" if isinstance(config, dict) else f"{store.CONFIG} is not a JSON object"
+    if not isinstance(config, dict):
+        return f"{store.CONFIG} is not a JSON object"
+    read = {k: v for k, v in config.items() if k not in (metrics or {})}  # metrics.json's first
+    fault = field_fault(read, FROM_CONFIG)
+    return f"{store.CONFIG} {fault}" if fault else ""
 
 
 def metrics_fault(metrics: dict) -> str:
     """What makes a metrics.json unusable ('' where nothing): a missing key, a metric that is
     not a number or not between 0 and 1 (NaN passes: a metric that could not be computed), a
-    size or seed that is not an integer."""
+    field the report reads that holds what it does not allow (`bench.report.fields`: a size
+    of 0, an empty loss, epochs -3)."""
     required = (*REQUIRED_KEYS, "dataset", "loss", "dims", "seed")
     missing = [k for k in required if k not in metrics]
     if missing:
@@ -49,11 +56,9 @@ def metrics_fault(metrics: dict) -> str:
     bad = [k for k in shares if not 0 <= metrics[k] <= 1]
     if bad:
         return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, outside 0 to 1"
-    bad = [k for k in ("dims", "seed") if not isinstance(metrics[k], int) or metrics[k] < 0]
-    if bad:
-        return f"has {', '.join(f'{k} = {metrics[k]!r}' for k in bad)}, not an integer"
-    if not isinstance(metrics["dataset"], str) or not isinstance(metrics["loss"], str):
-        return "names its data set or loss by something other than text"
+    fault = field_fault(metrics)
+    if fault:
+        return fault
     init = metrics.get("untrained_network")
     return untrained_fault({} if init is None else init)
 

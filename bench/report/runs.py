@@ -124,7 +124,7 @@ def read_runs(results: Path) -> tuple[pd.DataFrame, list[str], dict[str, list[st
         if metrics.get("clustering") == "none":  # tested without k-means (--clustering none)
             metrics.setdefault("nmi", float("nan"))
         fault = metrics_fault(metrics)
-        fault = f"metrics.json {fault}" if fault else config_fault(run_dir)
+        fault = f"metrics.json {fault}" if fault else config_fault(run_dir, metrics)
         if fault:
             problems.append(f"{run_dir.name}: {fault}; the run is left out")
             if isinstance(metrics.get("dataset"), str):  # else no table to name it under

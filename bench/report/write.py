@@ -16,6 +16,8 @@ from typing import NamedTuple, TextIO
 import pandas as pd
 from tqdm import tqdm
 
+from bench.data.names import FOLDER_PREFIX
+from bench.data.sources.folder import check_outside_data
 from bench.report.categories import categories_files
 from bench.report.classification import CLASSIFICATION, classification_files
 from bench.report.colours import method_colours
@@ -207,6 +209,7 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     if not tables and not tuned:
         raise ValueError(no_runs_line(Path(results), problems, len(df)))
     check_reference(df, reference)
+    check_outside_data(out, data_folders(df), "--out")  # as run --results, visualize --out
     out = Path(out)
     groups, parts = {}, PartsLeftOut([], [])
     if tables:
@@ -227,6 +230,19 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     ]
     incomplete = [line.partition(" (")[0] for line in failed] + [f"{p} not written" for p in left]
     return ReportFiles([out / n for n in written], problems, [out / n for n in removed], incomplete)
+
+
+def data_folders(df: pd.DataFrame) -> list[str]:
+    """The runs' `folder:` data sets, each by the folder it resolved to when it ran (its
+    `data_location`; 'folder:imgs' was relative to where it ran), else as it was given."""
+    if not len(df):
+        return []
+    located = df["data_location"] if "data_location" in df else pd.Series("", index=df.index)
+    return [
+        FOLDER_PREFIX + location if isinstance(location, str) and location else dataset
+        for dataset, location in zip(df["dataset"], located, strict=True)
+        if dataset.startswith(FOLDER_PREFIX)
+    ]
 
 
 def check_reference(df: pd.DataFrame, reference: str | None) -> None:

@@ -4,14 +4,14 @@ scored. Each fault is a one-line ValueError naming what to change."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 
 from bench.data.datasets import DataSplits
 from bench.data.glyphs import GlyphSpec
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, is_glyphs
+from bench.data.names import FEATURES_PREFIX, is_glyphs
+from bench.data.sources.folder import check_outside_data
 from bench.models.backbones import check_backbone_weights
 from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
@@ -85,21 +85,6 @@ def check_results_outside_data(configs: list[RunConfig], results: Path) -> None:
     from inside it): the runs and the report would be written into the user's data, and the
     next run would read the report's images as one more class."""
     check_outside_data(results, [c.dataset for c in configs], "--results")
-
-
-def check_outside_data(path: Path, datasets: Iterable[str], option: str) -> None:
-    """A one-line ValueError where `path` (what `option` writes) lies inside the folder of a
-    `folder:` data set: never written into a user's data, where it would be read back as a
-    class of it."""
-    where = Path(path).expanduser().resolve()
-    for dataset in dict.fromkeys(d for d in datasets if d.startswith(FOLDER_PREFIX)):
-        root = Path(dataset.removeprefix(FOLDER_PREFIX)).expanduser().resolve()
-        if where == root or root in where.parents:
-            raise ValueError(
-                f"{option} {path} lies inside the data folder {root}: nothing is written into "
-                f"your data, where it would be read back as a class of it; give {option} "
-                "outside it (e.g. run from the folder above)"
-            )
 
 
 def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:

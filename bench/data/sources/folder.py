@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pandas as pd
 
+from bench.data.names import FOLDER_PREFIX
 from bench.data.sources.base import DatasetError, image_table, require
 from bench.util.progress import log
 
@@ -79,6 +81,7 @@ def read_folder(root: Path) -> pd.DataFrame:
     listed = [(f.name, class_images(f, unread)) for f in folders]
     say_left_out(root, unread, [name for name, images in listed if not images])
     classes = [(name, images) for name, images in listed if images]
+    check_own_images(root, classes)
     if len(classes) < 2:
         raise DatasetError(
             f"{NAME}: {root} has {len(classes)} class folder(s) with images, need at least 2; "
@@ -90,3 +93,61 @@ def read_folder(root: Path) -> pd.DataFrame:
         for p in images
     ]
     return image_table(rows)
+
+
+def real_paths(folder: Path, images: list[Path]) -> list[str]:
+    """The real path of each image under `folder`: the class folder resolved once (it may link
+    elsewhere), a linked file resolved on its own (os.walk follows no linked sub-folder). An
+    lstat an image, not a realpath's one per part of its path."""
+    real, start = os.path.realpath(folder) + os.sep, len(str(folder)) + 1
+    paths = map(str, images)
+    return [os.path.realpath(p) if os.path.islink(p) else real + p[start:] for p in paths]
+
+
+def check_own_images(root: Path, classes: list[tuple[str, list[Path]]]) -> None:
+    """A one-line DatasetError where an image file is read twice (by its real path): a class
+    folder that links to another class, or an image that links to another's. Its two copies
+    are split apart like any two images, so a training image was tested again under the other
+    class's label (or its own), without a word (issue 69)."""
+    seen: dict[str, tuple[str, Path]] = {}
+    twice: list[tuple[str, Path, str, Path]] = []
+    for name, images in classes:
+        for path, real in zip(images, real_paths(root / name, images), strict=True):
+            first = seen.setdefault(real, (name, path))
+            if first[1] is not path:  # this image's, or an earlier one's
+                twice.append((*first, name, path))
+    if twice:
+        raise DatasetError(shared_line(root, twice))
+
+
+def shared_line(root: Path, twice: list[tuple[str, Path, str, Path]]) -> str:
+    """What `check_own_images` says: the first two classes (or class) that share images, how
+    many, an example, and what to do."""
+    a, a_path, b, b_path = twice[0]
+    count = sum((x, y) == (a, b) for x, _, y, _ in twice)
+    example = f"{b_path.relative_to(root)} is {a_path.relative_to(root)}"
+    who = (
+        f"class {a!r} holds {count} image(s) twice"
+        if a == b
+        else (f"classes {a!r} and {b!r} share {count} image(s)")
+    )
+    return (
+        f"{NAME}: {root}: {who} by their real path (e.g. {example}, a link), so a training "
+        "image would be tested again as another's neighbour; an image belongs to one class "
+        "folder, once: remove the link(s) and run again"
+    )
+
+
+def check_outside_data(path: Path, datasets: Iterable[str], option: str) -> None:
+    """A one-line ValueError where `path` (what `option` writes: `run --results`, `report`,
+    `features` and `visualize --out`) lies inside the folder of a `folder:` data set: never
+    written into a user's data, where it would be read back as a class of it."""
+    where = Path(path).expanduser().resolve()
+    for dataset in dict.fromkeys(d for d in datasets if d.startswith(FOLDER_PREFIX)):
+        root = Path(dataset.removeprefix(FOLDER_PREFIX)).expanduser().resolve()
+        if where == root or root in where.parents:
+            raise ValueError(
+                f"{option} {path} lies inside the data folder {root}: nothing is written into "
+                f"your data, where it would be read back as a class of it; give {option} "
+                "outside it (e.g. run from the folder above)"
+            )
