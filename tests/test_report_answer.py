@@ -154,3 +154,107 @@ def test_the_verdict_on_the_best_two_is_the_same_whatever_the_reference(tmp_path
     write_report(r, tmp_path / "ref", reference="nngk")
     plain, ref = (answer_lines((tmp_path / d / "digits.md").read_text()) for d in ("plain", "ref"))
     assert plain[:2] == ref[:2] and "bootstrap over test queries" in ref[0]
+
+
+def baselines(r, raw: float, untrained: float) -> None:
+    """The two baseline runs of digits: every metric of the raw inputs `raw`, of the untrained
+    network `untrained`."""
+    for name, backbone, value in (("raw", "none", raw), ("untrained", "small_cnn", untrained)):
+        values = {"recall@1": value, "map@r": value, "nmi": value}
+        make_run(r, name, loss="untrained", backbone=backbone, pretrained="none", **values)
+
+
+def test_a_best_row_below_the_baselines_is_said_to_beat_none_and_not_bolded(tmp_path):
+    # Issue 69, 3: "16-d, MAP@R: **pml:TupletMarginLoss** 2.51, ..." led a page whose baselines
+    # were at 5.35 and 6.69; only its last line said so.
+    r = tmp_path / "r"
+    baselines(r, raw=0.5, untrained=0.6)
+    make_run(r, "a", loss="contrastive", **{"recall@1": 0.4, "map@r": 0.55, "nmi": 0.7})
+    make_run(r, "b", loss="lifted", **{"recall@1": 0.3, "map@r": 0.2, "nmi": 0.6})
+    write_report(r, tmp_path / "rep")
+    lines = answer_lines((tmp_path / "rep" / "digits.md").read_text())
+    assert lines[0] == (
+        "16-d, R@1: no trained row beats the baselines: untrained small_cnn (random init) 60.00 "
+        "and raw inputs 50.00 are at or above every trained row; the best: contrastive 40.00, "
+        "10.00 above lifted (30.00); not tested (1 seed a row; a row needs 2 or more)."
+    )
+    assert lines[1].startswith(
+        "16-d, MAP@R: no trained row beats both baselines: untrained small_cnn (random init) "
+        "60.00 is at or above every trained row; the best: contrastive 55.00, 35.00 above"
+    )
+    assert lines[2].startswith("16-d, NMI: **contrastive** 70.00, 10.00 above lifted")
+
+
+def test_a_tie_with_a_baseline_as_shown_is_no_win():
+    summary, trained = rows_of({"a": [0.60001], "b": [0.3]})
+    base = pd.DataFrame([{"method": "raw inputs", "dims": 64, "recall@1_mean": 0.6, "runs": 1}])
+    line = answer_text(pd.concat([summary, base]), None, trained).splitlines()[0]
+    assert line.startswith("- 16-d, R@1: no trained row beats the baseline: raw inputs 60.00 is")
+
+
+def test_a_best_row_whose_interval_reaches_a_baseline_is_not_clearly_above_it(tmp_path):
+    r = tmp_path / "r"
+    baselines(r, raw=0.5, untrained=0.45)
+    for seed, (a, b) in enumerate([(0.45, 0.52), (0.75, 0.53), (0.9, 0.54)]):
+        make_run(r, f"a{seed}", loss="contrastive", seed=seed, **{"recall@1": a})
+        make_run(r, f"b{seed}", loss="lifted", seed=seed, **{"recall@1": b})
+    write_report(r, tmp_path / "rep")
+    summary = pd.read_csv(tmp_path / "rep" / "digits.csv").set_index("method")
+    low = summary.loc["contrastive", "recall@1_mean"] - summary.loc["contrastive", "recall@1_ci"]
+    line = answer_lines((tmp_path / "rep" / "digits.md").read_text())[0]
+    assert line.startswith("16-d, R@1: **contrastive** 70.00, 17.00 above lifted (53.00); ")
+    assert line.endswith(
+        f"; not clearly above the baselines: its interval reaches down to {100 * low:.2f}, the "
+        "better baseline is at 50.00."
+    )
+
+
+def test_the_size_with_the_most_runs_answers_first(tmp_path):
+    # Issue 69, 3: a few 1-epoch 16-d side runs in the folder of a 64-d job led its answer.
+    r = tmp_path / "r"
+    for seed in range(3):
+        for loss, value in (("contrastive", 0.6), ("lifted", 0.5)):
+            make_run(r, f"{loss}{seed}", loss=loss, dims=64, seed=seed, **{"recall@1": value})
+    make_run(r, "side", loss="triplet", dims=16, epochs=1, **{"recall@1": 0.3})
+    write_report(r, tmp_path / "rep")
+    lines = answer_lines((tmp_path / "rep" / "digits.md").read_text())
+    assert [line.split(":")[0] for line in lines[:-1]] == [
+        *(f"64-d, {m}" for m in ("R@1", "MAP@R", "NMI")),
+        *(f"16-d, {m}" for m in ("R@1", "MAP@R", "NMI")),
+    ]
+
+
+@pytest.mark.parametrize(
+    "values, said",
+    [
+        # Issue 69, 4: "16-d, R@1: **triplet** 82.50, 0.00 above contrastive (82.50)".
+        (
+            {"triplet": [0.825], "contrastive": [0.825]},
+            "a tie: contrastive and triplet, both 82.50.",
+        ),
+        (
+            {"a": [0.7, 0.8, 0.75], "b": [0.75, 0.75, 0.75], "c": [0.75, 0.8, 0.7], "d": [0.5]},
+            "a tie: a, b and c, all 75.00.",
+        ),
+        # 0.000002 apart, shown 82.51 and 82.50: "0.00 above" would call it a win.
+        (
+            {"a": [0.825051], "b": [0.825049]},
+            "a tie as shown (less than 0.01 apart): a 82.51, b 82.50.",
+        ),
+        # Apart by less than 0.01 but shown the same.
+        (
+            {"a": [0.825049], "b": [0.824951]},
+            "a tie as shown (less than 0.01 apart): a 82.50, b 82.50.",
+        ),
+    ],
+)
+def test_rows_equal_as_shown_are_a_tie_not_a_win(values, said):
+    summary, trained = rows_of(values)
+    (line, *_) = answer_text(summary, None, trained).splitlines()
+    assert line == f"- 16-d, R@1: {said}"
+
+
+def test_a_margin_shown_as_0_01_is_still_named():
+    summary, trained = rows_of({"a": [0.8251], "b": [0.8250]})
+    (line, *_) = answer_text(summary, None, trained).splitlines()
+    assert line.startswith("- 16-d, R@1: **a** 82.51, 0.01 above b (82.50); not tested")

@@ -6,6 +6,7 @@ import json
 import pandas as pd
 import pytest
 
+from bench.train.guards import below_init
 from bench.train.presets import make_configs
 from tests.conftest import cli, copy_baselines
 
@@ -51,6 +52,33 @@ def test_nngk_with_the_shipped_glyphs_preset_learns_and_beats_the_untrained_netw
     (untrained,) = [p for p in tmp_path.iterdir() if "-untrained-d1024-" in p.name]
     baseline = json.loads((untrained / "metrics.json").read_text())
     assert metrics["map@r"] > baseline["map@r"]
+
+
+def test_a_run_that_ends_below_its_own_untrained_network_says_so(tmp_path, caplog):
+    # Issue 69, 5: docs/losses.md's pml:TupletMarginLoss at lr 0.01 (the glyphs preset trains
+    # tuplet-margin at 0.001) ended at test MAP@R 0.009 against 0.042 at init, unwarned. On
+    # digits, 1 epoch at 0.01: 0.316 against 0.417 (measured).
+    args = ["--loss", "pml:TupletMarginLoss", "--epochs", "1", "--lr", "0.01"]
+    _, metrics = run(tmp_path, *args)
+    end, start = metrics["map@r"], metrics["untrained_network"]["map@r"]
+    assert end < start
+    said = (
+        f"the test MAP@R {end:.4f} is below this run's untrained network's {start:.4f}: "
+        "training made the embedding worse; try a lower learning rate (--lr, 0.01 here) or "
+        "check the loss's parameters"
+    )
+    assert said in metrics["warnings"]
+    assert any(r.levelname == "WARNING" and said in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    "end, start, warned",
+    [(0.30, 0.40, True), (0.40, 0.40, False), (0.50, 0.40, False), (float("nan"), 0.4, False)],
+)
+def test_only_a_test_below_the_start_is_warned_of(end, start, warned):
+    metrics = {"map@r": end, "untrained_network": {"map@r": start}}
+    assert bool(below_init(metrics, 0.01)) == warned
+    assert below_init({"map@r": 0.3}, 0.01) == []  # a tuning trial, or a run before init
 
 
 @pytest.mark.parametrize("pretrained, sigma, interval", [("imagenet", 10.0, 10), ("none", 1.0, 1)])

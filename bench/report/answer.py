@@ -1,5 +1,7 @@
 """The answer a table leads with: per size and headline metric, the best trained row, its margin
-over the next, and whether that margin holds beyond the seeds; and, with fewer seeds than a
+over the next, and whether that margin holds beyond the seeds, or that no trained row beats the
+baselines, or that the best rows tie; the sizes with the most runs first, so that a few side
+runs at another size do not push the main job's answer down; and, with fewer seeds than a
 reader can trust, that more are needed."""
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ def answer_text(
     summary: pd.DataFrame, differences: pd.DataFrame | None, trained: pd.DataFrame
 ) -> str:
     """The answer as markdown lines, '' where the table has no trained row."""
-    rows = summary[summary["method"].isin(set(trained["name"]))] if len(trained) else summary[:0]
+    is_trained = summary["method"].isin(set(trained["name"]) if len(trained) else set())
+    rows, baselines = summary[is_trained], summary[~is_trained]
     if not len(rows):
         return ""
+    parts = [(int(dims), rows[rows["dims"] == dims]) for dims in sizes_by_runs(rows)]
     lines = [
         line
-        for dims, part in rows.groupby("dims", sort=True)
+        for dims, part in parts
         for metric in HEADLINE
-        if (line := metric_line(part, int(dims), metric, differences, trained))
+        if (line := metric_line(part, dims, metric, differences, trained, baselines))
     ]
     seeds = int(rows["runs"].min())
     if seeds < READABLE_SEEDS:
@@ -35,23 +39,96 @@ def answer_text(
     return "".join(f"- {line}\n" for line in lines)
 
 
+def sizes_by_runs(rows: pd.DataFrame) -> list[int]:
+    """The sizes of the trained rows, those with the most runs (seeds summed over their rows)
+    first, ties by size: the main job's size before a few side runs at another."""
+    runs = rows.groupby("dims")["runs"].sum()
+    return sorted(runs.index, key=lambda dims: (-runs[dims], dims))
+
+
 def metric_line(
     part: pd.DataFrame, dims: int, metric: str, differences: pd.DataFrame | None,
-    trained: pd.DataFrame,
+    trained: pd.DataFrame, baselines: pd.DataFrame | None = None,
 ) -> str:  # fmt: skip
-    """'64-d, R@1: **contrastive** 62.30, 1.20 above triplet-all (61.10); significant ...'."""
+    """'64-d, R@1: **contrastive** 62.30, 1.20 above triplet-all (61.10); significant ...';
+    'no trained row beats both baselines (...); the best: ...' where the best does not (it
+    is not bolded then); 'a tie: ...' where the best rows are equal as shown."""
     column = f"{metric}_mean"
     if column not in part or part[column].isna().all():
         return ""
-    ranked = part.dropna(subset=[column]).sort_values(column, ascending=False)
+    ranked = part.dropna(subset=[column]).sort_values([column, "method"], ascending=[False, True])
     best = ranked.iloc[0]
-    head = f"{dims}-d, {COLUMNS[metric]}: **{best['method']}** {percent(best[column])}"
+    head = f"{dims}-d, {COLUMNS[metric]}: "
+    above = baselines_above(baselines, metric, best[column])
+    if above:
+        head += f"no trained row beats {above}; the best: "
+    tied = ranked[[ties(best[column], value) for value in ranked[column]]]
+    if len(tied) > 1:  # no winner to name, so no test between the two
+        return f"{head}{tie_text(tied, column)}."
+    name = best["method"] if above else f"**{best['method']}**"  # bold: a winner only
+    head += f"{name} {percent(best[column])}"
+    note = "" if above else interval_note(best, metric, baselines)
     if len(ranked) == 1:
-        return f"{head}, the only trained row."
+        return f"{head}, the only trained row{note}."
     second = ranked.iloc[1]
     margin = best[column] - second[column]
     head += f", {percent(margin)} above {second['method']} ({percent(second[column])})"
-    return f"{head}; {verdict(best, second, dims, metric, differences, trained)}."
+    return f"{head}; {verdict(best, second, dims, metric, differences, trained)}{note}."
+
+
+def ties(a: float, b: float) -> bool:
+    """Whether two values tie as the table shows them (x100, two decimals): equal when shown,
+    or apart by less than the last shown digit (82.51 and 82.50, 0.004 apart, read '0.00
+    above' as a win)."""
+    return percent(a) == percent(b) or percent(abs(a - b)) == percent(0.0)
+
+
+def tie_text(tied: pd.DataFrame, column: str) -> str:
+    """'a tie: contrastive and triplet, both 82.50'; where their values differ, if by less
+    than the last shown digit, 'a tie as shown (less than 0.01 apart): ...'."""
+    names = sorted(tied["method"])
+    named = ", ".join(names[:-1]) + f" and {names[-1]}"
+    if tied[column].nunique() == 1:
+        each = "both" if len(names) == 2 else "all"
+        return f"a tie: {named}, {each} {percent(tied[column].iloc[0])}"
+    values = ", ".join(f"{r['method']} {percent(r[column])}" for _, r in tied.iterrows())
+    return f"a tie as shown (less than 0.01 apart): {values}"
+
+
+def baselines_above(baselines: pd.DataFrame | None, metric: str, best: float) -> str:
+    """'both baselines: untrained small_cnn 6.69 is at or above every trained row' where the
+    best trained row's mean does not beat every baseline row of `metric` (a tie as shown is
+    no win), naming those it does not beat, best first; '' where it beats them all."""
+    column = f"{metric}_mean"
+    if baselines is None or column not in baselines:
+        return ""
+    values = baselines.dropna(subset=[column]).sort_values(column, ascending=False)
+    unbeaten = values[[v >= best or ties(best, v) for v in values[column]]]
+    if not len(unbeaten):
+        return ""
+    if len(unbeaten) == len(values):
+        which = "the baseline" if len(values) == 1 else "the baselines"
+    else:
+        which = "both baselines" if len(values) == 2 else "every baseline"
+    names = [f"{r['method']} {percent(r[column])}" for _, r in unbeaten.iterrows()]
+    named = f"{', '.join(names[:-1])} and {names[-1]} are" if len(names) > 1 else f"{names[0]} is"
+    return f"{which}: {named} at or above every trained row"
+
+
+def interval_note(best: pd.Series, metric: str, baselines: pd.DataFrame | None) -> str:
+    """'; not clearly above the baselines: ...' where the best row's mean beats every baseline
+    but the lower end of its interval does not (the rule of the note under the table)."""
+    column, ci = f"{metric}_mean", f"{metric}_ci"
+    if baselines is None or column not in baselines or ci not in best or pd.isna(best[ci]):
+        return ""
+    values = baselines[column].dropna()
+    if not len(values) or best[column] - best[ci] > values.max():
+        return ""
+    low = percent(best[column] - best[ci])
+    return (
+        f"; not clearly above the baselines: its interval reaches down to {low}, the better "
+        f"baseline is at {percent(values.max())}"
+    )
 
 
 def verdict(

@@ -1,5 +1,6 @@
 """What stops, paces or warns about a run: divergence, the epochs' seeds and their one-line
-summaries, a training loss that did not fall or never changed."""
+summaries, a training loss that did not fall or never changed, a test below the run's own
+network before training."""
 
 from __future__ import annotations
 
@@ -121,6 +122,29 @@ def loss_trend(history: list[dict], steps: dict | None = None) -> tuple[dict, li
             "the loss's parameters"
         )
     return {"train_loss_change": change}, warnings
+
+
+def ending_warnings(progress: dict, metrics: dict, lr: float) -> tuple[dict, list[str]]:
+    """How the run ended: the training loss's trend and its warnings (`loss_trend`), and a
+    warning where its test ended below its own network before training (`below_init`)."""
+    trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
+    return trend, warnings + below_init(metrics, lr)
+
+
+def below_init(metrics: dict, lr: float) -> list[str]:
+    """A warning where the test MAP@R ended below the run's untrained network's (the report's
+    'MAP@R at init'): training made the embedding worse than the random start, as a learning
+    rate too high for the loss does (the glyphs preset gives such losses 0.001, LOWER_LR)."""
+    end = metrics.get("map@r")
+    start = (metrics.get("untrained_network") or {}).get("map@r")
+    numbers = all(isinstance(v, (int, float)) and math.isfinite(v) for v in (end, start))
+    if not numbers or end >= start:
+        return []
+    return [
+        f"the test MAP@R {end:.4f} is below this run's untrained network's {start:.4f}: "
+        f"training made the embedding worse; try a lower learning rate (--lr, {lr:g} here) "
+        "or check the loss's parameters"
+    ]
 
 
 def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:

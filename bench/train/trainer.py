@@ -35,9 +35,9 @@ from bench.train.guards import (
     Diverged,
     DivergedAtStart,
     StepLosses,
+    ending_warnings,
     epoch_seed,
     epoch_summary,
-    loss_trend,
     widen_steps,
 )
 from bench.train.loaders import (
@@ -359,7 +359,7 @@ class Trainer:
         metrics["val_score"] = progress["best"]["score"]
         if "diverged" in progress:
             metrics["diverged"] = progress["diverged"]
-        trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
+        trend, warnings = ending_warnings(progress, metrics, self.cfg.lr)
         self.note(progress, warnings)
         metrics.update(trend)
         metrics["warnings"] = progress.get("warnings", [])
