@@ -297,3 +297,9 @@ def emoji_classes(sets: list[IconSet], min_sets: int) -> list[tuple[str, list[tu
         if len(drawn) >= min_sets:
             classes.append((name, drawn))
     return classes
+
+
+if __name__ == "__main__":  # `python -m bench.data.emoji FOLDER`: the install line (.ci/run)
+    import sys
+
+    print(install_line(sys.argv[1] if len(sys.argv) > 1 else "~/data/emoji"))
