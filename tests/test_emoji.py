@@ -341,3 +341,10 @@ def test_a_cross_style_run_reports_under_its_held_out_sets(data_root, tmp_path):
     assert report.exit_code == 0, report.output + report.stderr
     (table,) = (tmp_path / "report").glob("emoji*held_out-openmoji*-cross-style.md")
     assert "contrastive" in table.read_text()
+
+
+def test_the_pages_give_the_declared_install_line():
+    """The README's and docs' npm line is the one bench/data/emoji.py declares (CI runs that)."""
+    root = Path(__file__).resolve().parents[1]
+    for page in (root / "README.md", root / "docs" / "protocols.md"):
+        assert install_line("~/data/emoji") in page.read_text(), page

@@ -213,11 +213,7 @@ def read_cache(path: Path, size: int) -> EmojiSet | str:
 def load_emoji(spec: EmojiSpec, data_root: Path, say=log.info) -> EmojiSet:
     """The rendered emoji set (memory-mapped from the cache), rendered into the cache first
     where it is missing or damaged; in memory where the cache cannot be written."""
-    names = spec.set_names()
-    path = (
-        cache_folder()
-        / f"{NAME}-{spec.fingerprint(set_versions(data_root, names), renderer())}.npz"
-    )
+    path = cache_folder() / f"{NAME}-{emoji_fingerprint(spec, data_root)}.npz"
     cached = read_cache(path, spec.size)
     if not isinstance(cached, str):
         return cached
