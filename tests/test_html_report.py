@@ -31,6 +31,18 @@ def test_the_page_shows_every_table_and_figure_and_links_every_run(report):
     assert "http://" not in page and "https://" not in page  # opens with no network
 
 
+def test_a_page_written_away_from_its_runs_links_none_of_them(results, tmp_path):  # noqa: F811
+    """A report written where its runs are not kept (reports/ from results elsewhere, then
+    committed) names its runs without links, which would lead nowhere, and says why."""
+    out = tmp_path / "committed" / "reports" / "digits"
+    write_report(results, out)
+    page = (out / "index.html").read_text()
+    assert "n64s0" in page and "results/n64s0" not in page
+    assert "not kept beside this page" in page
+    hrefs = re.findall(r'href="([^"#]+)"', page)
+    assert hrefs and all((out / h).exists() for h in hrefs), hrefs  # no link leads nowhere
+
+
 def test_markdown_tables_become_html_tables_with_their_marks():
     text = "# T\n\nSetup: a; b.\n\n| loss | R@1 |\n|---|---|\n| nngk | **75.00 ± 1.00** ▼ |\n"
     got = markdown_html(text + "\n*intra*: a <mean>.\n")

@@ -153,20 +153,38 @@ def group_html(group: str, files: Files) -> str:
 
 def runs_html(runs: pd.DataFrame, out: Path) -> str:
     """The finished runs, each linked to its folder (a relative link: the page moves with the
-    results beside it)."""
+    results beside it) where the folder lies beside the page; named alone, and said so, where
+    it does not (a page committed without its runs would link nowhere)."""
     if not len(runs):
         return ""
     items = []
     for table, part in runs.sort_values(["table", "run"]).groupby("table", sort=False):
-        links = [
-            f'<li><a href="{url(os.path.relpath(p, out))}/">{html.escape(r)}</a></li>'
-            for r, p in zip(part["run"], part["path"], strict=True)
-        ]
+        links = [run_item(r, Path(p), out) for r, p in zip(part["run"], part["path"], strict=True)]
         items.append(
             f"<details><summary>{html.escape(str(table))}: {len(part)} runs</summary>"
             f"<ul>{''.join(links)}</ul></details>"
         )
-    return '<h2 id="runs">Runs</h2>\n' + "\n".join(items)
+    apart = not all(beside(Path(p), out) for p in runs["path"])
+    note = f"<p>{RUNS_APART}</p>\n" if apart else ""
+    return '<h2 id="runs">Runs</h2>\n' + note + "\n".join(items)
+
+
+RUNS_APART = (
+    "Runs without a link are not kept beside this page (it was written away from their "
+    "folders, as a committed report is): their names say which runs made it."
+)
+
+
+def beside(run: Path, out: Path) -> bool:
+    """Whether a run's folder lies under the page folder's parent, as results/report's runs
+    lie in results/: a link to it leads somewhere wherever the two are moved together."""
+    return Path(run).resolve().is_relative_to(Path(out).resolve().parent)
+
+
+def run_item(name: str, run: Path, out: Path) -> str:
+    if not beside(run, out):
+        return f"<li>{html.escape(name)}</li>"
+    return f'<li><a href="{url(os.path.relpath(run, out))}/">{html.escape(name)}</a></li>'
 
 
 def index_html(results: Path, out: Path, groups: dict[str, Files], runs: pd.DataFrame) -> str:
