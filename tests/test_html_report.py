@@ -3,6 +3,7 @@
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,17 @@ def test_a_page_written_away_from_its_runs_links_none_of_them(results, tmp_path)
     assert "not kept beside this page" in page
     hrefs = re.findall(r'href="([^"#]+)"', page)
     assert hrefs and all((out / h).exists() for h in hrefs), hrefs  # no link leads nowhere
+
+
+def test_no_committed_page_links_to_nowhere():
+    """The pages committed in reports/ link only what is committed beside them."""
+    root = Path(__file__).resolve().parents[1] / "reports"
+    pages = sorted(root.rglob("index.html"))
+    assert pages
+    for page in pages:
+        hrefs = re.findall(r'href="([^"#]+)"', page.read_text())
+        dead = [h for h in hrefs if not (page.parent / h).exists()]
+        assert not dead, f"{page}: {len(dead)} dead links, e.g. {dead[:2]}"
 
 
 def test_markdown_tables_become_html_tables_with_their_marks():
