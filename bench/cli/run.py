@@ -29,23 +29,25 @@ from bench.data.names import FOLDER_PREFIX
 from bench.runs.config import RunConfig
 
 
-def check_choices(loss: str, dataset: str, data_root: str | None = None) -> None:
+def check_choices(loss: str, dataset: str, data_root: str | None = None, here: bool = True) -> None:
     """A ValueError naming the valid choices, the nearest first, for an unknown loss (or
     list or set of losses) or data set, or naming a data set that is not there; a glyphs or
     emoji set's parameters checked last (their module imports torch)."""
-    check_named(loss, dataset, data_root)
+    check_named(loss, dataset, data_root, here)
     check_set_params(dataset)
 
 
-def check_named(loss: str, dataset: str, data_root: str | None = None) -> None:
-    """The names of the losses and the data set known, the data there: before torch is
-    imported, so that these errors come in a second, not after its import (issue 69, item 9)."""
+def check_named(loss: str, dataset: str, data_root: str | None = None, here: bool = True) -> None:
+    """The names of the losses and the data set known, the data there (where the runs train
+    `here`: a Slurm job may read data that its login node lacks): before torch is imported,
+    so that these errors come in a second, not after its import (issue 69, item 9)."""
     from bench.data.names import check_dataset_name
     from bench.data.presence import check_data_present
 
     planned_losses(loss)
     check_dataset_name(dataset)
-    check_data_present(dataset, data_root)
+    if here:
+        check_data_present(dataset, data_root)
 
 
 def check_set_params(dataset: str) -> None:
@@ -104,7 +106,8 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
             if loss != "triplet":
                 raise click.ClickException("--triplet-form nca applies to --loss triplet only")
             loss = "triplet-nca"
-        configs = planned_configs(loss, dataset, dims, seeds, options)
+        here = dispatch.executor != "slurm"
+        configs = planned_configs(loss, dataset, dims, seeds, options, here)
     if dispatch.executor == "none":
         checked_device(device)  # before anything is written
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -114,13 +117,18 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
 
 
 def planned_configs(
-    loss: str, dataset: str, dims: tuple[int, ...] | None, seeds: tuple[int, ...], options: dict
+    loss: str,
+    dataset: str,
+    dims: tuple[int, ...] | None,
+    seeds: tuple[int, ...],
+    options: dict,
+    here: bool = True,
 ) -> list[RunConfig]:
     """A config per loss of `loss` (a name, a list or a set), embedding size and seed: the
-    preset's settings, the options' on top."""
+    preset's settings, the options' on top; the data checked to be there where `here`."""
     settings = settings_from(options)
     try:
-        check_named(loss, dataset, settings.get("data_root"))
+        check_named(loss, dataset, settings.get("data_root"), here)
         plan = planned_losses(loss)
         params = planned_params(plan, *given_params(options))  # imports torch and PML
         check_set_params(dataset)  # then the data sets' module too (its own seconds)
