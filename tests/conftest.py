@@ -84,7 +84,8 @@ class FileProgress:
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             minutes, seconds = divmod(int(time.monotonic() - self.start), 60)
-            reporter.ensure_newline()
+            if reporter._tw.width_of_current_line:  # after -q's dots (ensure_newline misses them)
+                reporter.write("\n")
             reporter.write_line(f"[{minutes:3d}:{seconds:02d}] {text}")
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
