@@ -8,6 +8,8 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,49 @@ HEAVY_FIRST = (
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's files by their tests' count
         config.option.loadscopereorder = False
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # the process whose output is shown
+        config.pluginmanager.register(FileProgress(config), "nngk-file-progress")
+
+
+class FileProgress:
+    """A line as each test file finishes (and as each of the heaviest starts), with the time
+    since the start: under `-q`, pytest prints a dot per finished test only, and the heaviest
+    files, run first, left the suite silent for its first minutes (issue 69, item 10). Under
+    pytest-xdist the workers' reports reach this hook in the controller, whose output is shown;
+    a worker's file has finished when its next file's first report comes."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config, self.start = config, time.monotonic()
+        self.running: dict[object, tuple[str, float, Counter]] = {}  # by worker: its file
+
+    def say(self, text: str) -> None:
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            minutes, seconds = divmod(int(time.monotonic() - self.start), 60)
+            if reporter._tw.width_of_current_line:  # after -q's dots (ensure_newline misses them)
+                reporter.write("\n")
+            reporter.write_line(f"[{minutes:3d}:{seconds:02d}] {text}")
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        worker, name = getattr(report, "node", None), report.location[0]
+        if worker not in self.running or self.running[worker][0] != name:
+            self.finished(worker)
+            self.running[worker] = (name, time.monotonic(), Counter())
+            if Path(name).name in HEAVY_FIRST:
+                self.say(f"{name} started (one of the slowest files: minutes)")
+        if report.when == "call" or report.outcome != "passed":  # a test's outcome, once
+            self.running[worker][2][report.outcome] += 1
+
+    def finished(self, worker: object) -> None:
+        if worker not in self.running:
+            return
+        name, started, counts = self.running.pop(worker)
+        outcomes = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+        self.say(f"{name} done: {outcomes or 'nothing run'} in {time.monotonic() - started:.0f} s")
+
+    def pytest_sessionfinish(self) -> None:
+        for worker in list(self.running):
+            self.finished(worker)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,6 +3,7 @@ heavy package (torch, scikit-learn, pandas, ...: their import takes seconds), so
 quick; and the list says what each command's own help says."""
 
 import json
+import os
 import subprocess
 import sys
 from importlib.metadata import version
@@ -143,3 +144,33 @@ def test_a_typo_is_refused_before_torch_is_imported(args, message):
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found == dict(code=1, heavy=[]), out.stderr
     assert out.stderr.count("\n") == 1 and message in out.stderr, out.stderr
+
+
+# Inputs that are not there are refused before torch (and scikit-learn, faiss, ...) is
+# imported, as typos are (issue 69, item 9: 17-20 s of imports first on a loaded machine);
+# pandas and scipy only where a reader of the data set's layout says what is missing.
+SLOW = ("torch", "torchvision", "sklearn", "faiss", "optuna")
+
+
+@pytest.mark.parametrize(
+    "args, message, readers",
+    [
+        (["run", "--dataset", "folder:{tmp}/none"], "folder: {tmp}/none not found", True),
+        (["run", "--dataset", "cub"], "CUB-200-2011: {tmp}/CUB_200_2011/images.txt not", True),
+        (["run", "--dataset", "features:{tmp}/f.npz"], "{tmp}/f.npz: no such file", False),
+        (["run", "--results", "{tmp}/file/runs"], "{tmp}/file is a file, not a folder", False),
+        (["report", "--results", "{tmp}/none"], "results folder {tmp}/none does not exist", False),
+    ],
+)
+def test_what_is_not_there_is_refused_before_torch_is_imported(tmp_path, args, message, readers):
+    (tmp_path / "file").write_text("")
+    args = [a.format(tmp=tmp_path) for a in args]
+    env = {**os.environ, "NNGK_DATA": str(tmp_path)}
+    out = subprocess.run(
+        [sys.executable, "-c", REFUSED, *args], capture_output=True, text=True, env=env
+    )
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found["code"] == 1, out.stderr
+    assert not set(found["heavy"]) & set(SLOW if readers else HEAVY), found
+    assert out.stderr.count("\n") == 1 and message.format(tmp=tmp_path) in out.stderr, out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written

@@ -85,6 +85,21 @@ def test_slurm_parameters_reach_the_executor(tmp_path, monkeypatch):
     }  # fmt: skip
 
 
+def test_slurm_jobs_read_the_data_where_they_run(tmp_path, monkeypatch):
+    # The login node need not hold the data that its jobs read: `run` checks that the data is
+    # there before torch is imported, but only where it trains the runs itself or locally.
+    submitted = []
+    monkeypatch.setattr("shutil.which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr("bench.cli.run.submit_runs", lambda configs, *_: submitted.extend(configs))
+    monkeypatch.setenv("NNGK_DATA", str(tmp_path))  # no cub here
+    args = ["run", "--dataset", "cub", "--loss", "contrastive", "--results", tmp_path / "r"]
+    out = cli(*args, "--executor", "slurm")
+    assert out.exit_code == 0, out.output
+    assert [c.dataset for c in submitted] == ["cub"]
+    out = cli(*args, "--executor", "local")
+    assert out.exit_code == 1 and "CUB_200_2011/images.txt not found" in out.output
+
+
 def test_tune_with_the_local_executor_shares_one_study_between_its_jobs(tmp_path, monkeypatch):
     from tests.test_tune import complete, retrained, studies
 

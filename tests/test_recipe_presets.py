@@ -177,6 +177,7 @@ def planned(monkeypatch):
     """The configs a command would train (none is trained)."""
     configs = []
     monkeypatch.setattr("bench.cli.training.run_all", lambda found, *_: configs.extend(found))
+    monkeypatch.setattr("bench.data.presence.check_data_present", lambda *_: None)  # no cub here
     return configs
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import math
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -121,6 +122,26 @@ RESULTS = click.option(
     default=DEFAULT_RESULTS,
     show_default=True,
 )
+
+
+def check_results_folder(results: Path) -> None:
+    """A one-line error where --results cannot be made: a file where one of its folders
+    belongs, or a folder it cannot write in (checked before the first run is trained, not
+    when its baseline is written)."""
+    existing = Path(results).expanduser().absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise click.ClickException(
+            f"--results {results}: {existing} is a file, not a folder; give --results a folder"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise click.ClickException(
+            f"--results {results}: cannot write in {existing}; make it writable or give "
+            "--results another folder"
+        )
+
+
 FORCE = click.option("--force", is_flag=True, help="Redo finished runs from scratch.")
 DEVICE = click.option("--device", default=None, help="cpu or cuda (default: cuda when available).")
 NPROC = click.option(

@@ -31,11 +31,15 @@ from bench.cli.options import DEFAULT_RESULTS
 def report(results, out, reference):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
     from bench.cli.options import os_error_line
+    from bench.report.results_folder import check_results_exist
     from bench.util.progress import log
 
     out = out or Path(results) / "report"  # each results folder its own report
-    if Path(results).is_dir():  # a typo gets its one-line error alone
-        log.info(f"report: reading the runs in {results}")  # before the plotting libraries load
+    try:  # before pandas and the plotting libraries are imported: a typo is refused at once
+        check_results_exist(results)
+    except ValueError as err:
+        raise click.ClickException(f"{err}; nothing was written or removed") from None
+    log.info(f"report: reading the runs in {results}")  # before the plotting libraries load
     from bench.report.write import write_report
 
     try:

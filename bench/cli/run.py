@@ -10,7 +10,17 @@ import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
 from bench.cli.loss_sets import planned_losses
-from bench.cli.options import DATASET, DEVICE, FORCE, LOSS, NPROC, RESULTS, dims_option, seed_option
+from bench.cli.options import (
+    DATASET,
+    DEVICE,
+    FORCE,
+    LOSS,
+    NPROC,
+    RESULTS,
+    check_results_folder,
+    dims_option,
+    seed_option,
+)
 from bench.cli.params import given_params, loss_param_options, planned_params
 from bench.cli.rerun import check_nothing_else, check_same_run, read_record, recorded_config
 from bench.cli.settings import setting_options, settings_from
@@ -19,17 +29,35 @@ from bench.data.names import FOLDER_PREFIX
 from bench.runs.config import RunConfig
 
 
-def check_choices(loss: str, dataset: str) -> None:
+def check_choices(loss: str, dataset: str, data_root: str | None = None, here: bool = True) -> None:
     """A ValueError naming the valid choices, the nearest first, for an unknown loss (or
-    list or set of losses) or data set: the names checked before torch is imported, a glyphs
-    set's parameters after."""
+    list or set of losses) or data set, or naming a data set that is not there; a glyphs or
+    emoji set's parameters checked last (their module imports torch)."""
+    check_named(loss, dataset, data_root, here)
+    check_set_params(dataset)
+
+
+def check_named(loss: str, dataset: str, data_root: str | None = None, here: bool = True) -> None:
+    """The names of the losses and the data set known, the data there (where the runs train
+    `here`: a Slurm job may read data that its login node lacks): before torch is imported,
+    so that these errors come in a second, not after its import (issue 69, item 9)."""
     from bench.data.names import check_dataset_name
+    from bench.data.presence import check_data_present
 
     planned_losses(loss)
     check_dataset_name(dataset)
-    from bench.data.datasets import check_dataset
+    if here:
+        check_data_present(dataset, data_root)
 
-    check_dataset(dataset)
+
+def check_set_params(dataset: str) -> None:
+    """A glyphs or emoji set's parameters (what else check_dataset checks, `check_named` has)."""
+    from bench.data.names import is_emoji, is_glyphs
+
+    if is_glyphs(dataset) or is_emoji(dataset):
+        from bench.data.datasets import check_dataset
+
+        check_dataset(dataset)
 
 
 @click.command()
@@ -65,6 +93,7 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
     """Train and evaluate each LOSS on DATASET, one run per loss, embedding size and seed;
     the data set's baselines first. With several losses and seeds, `report` compares them."""
     dispatch = dispatch_from(options)
+    check_results_folder(results)  # before anything is imported or trained
     if nproc > 1 and dispatch.executor != "none":  # each torchrun process would submit its jobs
         raise click.ClickException(
             f"--nproc {nproc} runs here under torchrun, --executor {dispatch.executor} runs as "
@@ -77,7 +106,8 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
             if loss != "triplet":
                 raise click.ClickException("--triplet-form nca applies to --loss triplet only")
             loss = "triplet-nca"
-        configs = planned_configs(loss, dataset, dims, seeds, options)
+        here = dispatch.executor != "slurm"
+        configs = planned_configs(loss, dataset, dims, seeds, options, here)
     if dispatch.executor == "none":
         checked_device(device)  # before anything is written
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
@@ -87,15 +117,21 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
 
 
 def planned_configs(
-    loss: str, dataset: str, dims: tuple[int, ...] | None, seeds: tuple[int, ...], options: dict
+    loss: str,
+    dataset: str,
+    dims: tuple[int, ...] | None,
+    seeds: tuple[int, ...],
+    options: dict,
+    here: bool = True,
 ) -> list[RunConfig]:
     """A config per loss of `loss` (a name, a list or a set), embedding size and seed: the
-    preset's settings, the options' on top."""
+    preset's settings, the options' on top; the data checked to be there where `here`."""
     settings = settings_from(options)
     try:
-        check_choices(loss, dataset)
+        check_named(loss, dataset, settings.get("data_root"), here)
         plan = planned_losses(loss)
-        params = planned_params(plan, *given_params(options))
+        params = planned_params(plan, *given_params(options))  # imports torch and PML
+        check_set_params(dataset)  # then the data sets' module too (its own seconds)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     protocol = settings.pop("protocol")  # make_configs takes these two by name
@@ -116,7 +152,7 @@ def rerun_config(ctx: click.Context, path: Path) -> RunConfig:
     record = read_record(path)
     cfg = recorded_config(ctx, record)
     try:
-        check_choices(cfg.loss, cfg.dataset)
+        check_choices(cfg.loss, cfg.dataset, cfg.data_root)
         (cfg,) = identified([cfg])
         check_same_run(cfg, record)
     except (ValueError, FileNotFoundError, RuntimeError) as err:

@@ -65,7 +65,7 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
     dispatch = dispatch_from(options)
     settings = settings_from(options, SUITE_SETTINGS)
     try:
-        check_choices(loss_set, dataset)
+        check_choices(loss_set, dataset, settings.get("data_root"), dispatch.executor != "slurm")
         if preset == "liu2019":
             if loss_set != "paper":
                 raise ValueError(f"--losses {loss_set}: --preset {preset} runs its own losses")

@@ -37,10 +37,10 @@ def run_device(name: str | None):
 def checked_device(name: str | None):
     """The --device as a torch device (None: CUDA when present); a one-line error for a name
     torch does not know or for CUDA on a machine without it."""
+    if name is None:  # before torch's import: `run`'s checks of its inputs come first
+        return None
     import torch
 
-    if name is None:
-        return None
     try:
         device = torch.device(name)
     except RuntimeError:

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 
 from bench.data.names import FEATURES_PREFIX
-from bench.util.atomic import atomic_save_npz
 
 SPLITS = ("train", "val", "test")
 ARRAYS = ("features", "labels", "split")
@@ -86,12 +85,19 @@ def read_features_file(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return features, labels.astype(np.int64), split
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The file's features, labels and split arrays, as numpy reads them."""
+def check_features_file(path: Path) -> None:
+    """A one-line ValueError where `path` is no file or no whole .npz: cheap (numpy's import
+    only), so `run` checks it before torch is imported."""
+    path = Path(path).expanduser()
     if not path.is_file():
         raise _bad(path, "no such file")
     if not zipfile.is_zipfile(path):  # numpy would try it as a pickle, and say so
         raise _bad(path, "not a readable .npz file (not a whole zip archive of .npy arrays)")
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The file's features, labels and split arrays, as numpy reads them."""
+    check_features_file(path)
     try:
         with np.load(path, allow_pickle=False) as npz:
             missing = [key for key in ARRAYS if key not in npz.files]
@@ -148,6 +154,8 @@ def checked_scale(path: Path, features: np.ndarray) -> np.ndarray:
 
 
 def write_features(path: Path, features: np.ndarray, labels: np.ndarray, split: np.ndarray):
+    from bench.util.atomic import atomic_save_npz  # imports torch: `run` reads this module first
+
     atomic_save_npz(
         Path(path),
         features=features.astype(np.float32),

@@ -28,6 +28,7 @@ from bench.report.health import health_files
 from bench.report.html import index_html
 from bench.report.index import index_text
 from bench.report.manifest import publish, read_manifest
+from bench.report.results_folder import missing_results_line
 from bench.report.run_figures import (
     centres_figure,
     examples_figure,
@@ -265,10 +266,7 @@ def no_runs_line(results: Path, problems: list[str], baselines: int = 0) -> str:
     """Why there is nothing to report (no run, or only `baselines` of the data sets), and
     what to do."""
     if not results.is_dir():
-        return (
-            f"results folder {results} does not exist; give --results the folder that `run` "
-            "or `suite` wrote into (default: results)"
-        )
+        return missing_results_line(results)
     if baselines:
         return (
             f"no finished trained run in {results}, only {baselines} baseline(s) "

@@ -69,11 +69,18 @@ def say_left_out(root: Path, unread: list[str], empty: list[str]) -> None:
         )
 
 
-def read_folder(root: Path) -> pd.DataFrame:
-    """One row per image; label = index of its class folder among the sorted non-empty ones."""
+def folder_root(root: Path) -> Path:
+    """`root` made absolute, where it is a folder; else a one-line DatasetError (cheap: `run`
+    checks it before torch is imported)."""
     root = require(Path(root).expanduser().absolute(), NAME, LAYOUT, SOURCE)
     if not root.is_dir():
         raise DatasetError(f"{NAME}: {root} is not a folder; expected {LAYOUT}")
+    return root
+
+
+def read_folder(root: Path) -> pd.DataFrame:
+    """One row per image; label = index of its class folder among the sorted non-empty ones."""
+    root = folder_root(root)
     folders = sorted(p for p in root.iterdir() if p.is_dir() and _visible(p.name))
     if not folders:
         raise DatasetError(f"{NAME}: {root} has no class sub-folders; expected {LAYOUT}")

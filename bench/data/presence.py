@@ -1,0 +1,42 @@
+"""Whether a run's data is where its name points, checked before torch is imported: a missing
+`folder:`, features file or official data set is refused in about a second, not after the
+seconds (17-20 s on a loaded machine) that torch, scikit-learn and the data loaders take to
+import (issue 69, item 9). The same checks as the readers', called earlier: the readers (pandas,
+scipy) are imported here only for a data set that is read from its official layout."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, READER_NAMES
+
+# name -> module:function of its reader: bench.data.datasets.READERS without importing that
+# module (it imports torch); tested equal.
+READER_FUNCTIONS = {name: f"bench.data.sources.{name}:read_{name}" for name in READER_NAMES}
+
+
+def default_data_root() -> Path:
+    """$NNGK_DATA, else ~/data (bench.data.datasets.default_data_root, without its imports;
+    tested equal)."""
+    return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
+
+
+def check_data_present(dataset: str, data_root: str | Path | None = None) -> None:
+    """A one-line ValueError where the data set's folder, file or official layout is not there
+    (the reader's own error). A built-in set (digits, glyphs, emoji) is always there."""
+    if dataset.startswith(FOLDER_PREFIX):
+        from bench.data.sources.folder import folder_root
+
+        folder_root(Path(dataset.removeprefix(FOLDER_PREFIX)))
+    elif dataset.startswith(FEATURES_PREFIX):
+        from bench.data.feature_files import check_features_file
+
+        check_features_file(Path(dataset.removeprefix(FEATURES_PREFIX)))
+    elif dataset in READER_FUNCTIONS:
+        # The whole table is read (a few thousand lines for most sets): the readers check
+        # their layouts file by file as they read, and the run reads it again for its identity.
+        module, function = READER_FUNCTIONS[dataset].split(":")
+        read = getattr(importlib.import_module(module), function)
+        read(Path(data_root) if data_root else default_data_root())
