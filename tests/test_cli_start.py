@@ -158,6 +158,7 @@ SLOW = ("torch", "torchvision", "sklearn", "faiss", "optuna")
         (["run", "--dataset", "folder:{tmp}/none"], "folder: {tmp}/none not found", True),
         (["run", "--dataset", "cub"], "CUB-200-2011: {tmp}/CUB_200_2011/images.txt not", True),
         (["run", "--dataset", "features:{tmp}/f.npz"], "{tmp}/f.npz: no such file", False),
+        (["run", "--dataset", "emoji"], "the emoji sets twemoji, noto, noto-v1,", False),
         (["run", "--results", "{tmp}/file/runs"], "{tmp}/file is a file, not a folder", False),
         (["report", "--results", "{tmp}/none"], "results folder {tmp}/none does not exist", False),
     ],

@@ -12,9 +12,3 @@ def test_the_readers_are_the_data_sets_modules():
         module, function = target.split(":")
         found[name] = getattr(importlib.import_module(module), function)
     assert found == datasets.READERS
-
-
-def test_the_default_data_root_is_the_data_sets_modules(monkeypatch, tmp_path):
-    assert presence.default_data_root() == datasets.default_data_root()
-    monkeypatch.setenv("NNGK_DATA", str(tmp_path))
-    assert presence.default_data_root() == datasets.default_data_root() == tmp_path

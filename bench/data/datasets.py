@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -28,6 +27,7 @@ from bench.data.names import (
     is_emoji,
     is_glyphs,
 )
+from bench.data.presence import default_data_root
 from bench.data.sources.cars196 import read_cars196
 from bench.data.sources.cub import read_cub
 from bench.data.sources.flowers102 import read_flowers102
@@ -156,10 +156,6 @@ def check_held_out(spec: EmojiSpec, protocol: str) -> None:
             f"held_out={spec.held_out} applies to --protocol cross-style only (the {protocol} "
             "protocol trains and tests on every set): drop it, or give --protocol cross-style"
         )
-
-
-def default_data_root() -> Path:
-    return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
 
 
 def read_table(name: str, data_root: Path) -> tuple[pd.DataFrame, Path]:

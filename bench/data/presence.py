@@ -10,7 +10,7 @@ import importlib
 import os
 from pathlib import Path
 
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, READER_NAMES
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, READER_NAMES, is_emoji
 
 # name -> module:function of its reader: bench.data.datasets.READERS without importing that
 # module (it imports torch); tested equal.
@@ -18,14 +18,15 @@ READER_FUNCTIONS = {name: f"bench.data.sources.{name}:read_{name}" for name in R
 
 
 def default_data_root() -> Path:
-    """$NNGK_DATA, else ~/data (bench.data.datasets.default_data_root, without its imports;
-    tested equal)."""
+    """$NNGK_DATA, else ~/data: where the data sets are read (bench.data.datasets takes it
+    from here, so that this module needs none of its imports)."""
     return Path(os.environ.get("NNGK_DATA", Path.home() / "data"))
 
 
 def check_data_present(dataset: str, data_root: str | Path | None = None) -> None:
     """A one-line ValueError where the data set's folder, file or official layout is not there
-    (the reader's own error). A built-in set (digits, glyphs, emoji) is always there."""
+    (the reader's own error), or the emoji sets are not installed (the one line that prints
+    their install command). digits and glyphs are always there."""
     if dataset.startswith(FOLDER_PREFIX):
         from bench.data.sources.folder import folder_root
 
@@ -34,6 +35,13 @@ def check_data_present(dataset: str, data_root: str | Path | None = None) -> Non
         from bench.data.feature_files import check_features_file
 
         check_features_file(Path(dataset.removeprefix(FEATURES_PREFIX)))
+    elif is_emoji(dataset):  # the packages' versions: a few small files, no image read
+        from bench.data.emoji import EmojiSpec, set_versions
+
+        set_versions(
+            Path(data_root) if data_root else default_data_root(),
+            EmojiSpec.parse(dataset).set_names(),
+        )
     elif dataset in READER_FUNCTIONS:
         # The whole table is read (a few thousand lines for most sets): the readers check
         # their layouts file by file as they read, and the run reads it again for its identity.
