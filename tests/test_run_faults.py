@@ -203,3 +203,17 @@ def test_a_real_read_only_folder_keeps_its_finished_runs(tmp_path):
         out = cli("report", "--results", results, "--out", tmp_path / "rep")
         assert out.exit_code == 0, out.output
     assert sorted(p.name for p in results.iterdir()) == before
+
+
+def test_a_cache_setting_naming_a_file_is_one_line_naming_it_and_nothing_is_written(
+    tmp_path, monkeypatch
+):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file")
+    monkeypatch.setenv("NNGK_CACHE", str(not_a_folder))
+    line = error_line(invoke(tmp_path / "results"))
+    assert line == (
+        f"Error: NNGK_CACHE={not_a_folder} is a file, not a folder; point NNGK_CACHE at a folder "
+        "(created if missing) or unset it to use ~/.cache/nngk-bench"
+    )
+    assert not (tmp_path / "results").exists() and not_a_folder.read_text() == "a file"
