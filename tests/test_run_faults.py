@@ -217,3 +217,31 @@ def test_a_cache_setting_naming_a_file_is_one_line_naming_it_and_nothing_is_writ
         "(created if missing) or unset it to use ~/.cache/nngk-bench"
     )
     assert not (tmp_path / "results").exists() and not_a_folder.read_text() == "a file"
+
+
+def test_a_divergence_with_loss_parameters_given_names_them_beside_the_lr(tmp_path, monkeypatch):
+    # Before: "a lower --lr may train them", though a parameter can make the loss non-finite
+    # at any learning rate (arcface scale=1e30).
+    from losses.contrastive import ContrastiveLoss
+
+    epochs, real_loader, real = [], trainer.epoch_loader, ContrastiveLoss.forward
+
+    def loader(batches, seed):
+        epochs.append(seed)
+        return real_loader(batches, seed)
+
+    def forward(self, embeddings, labels, indices=None):  # NaN from epoch 2 on
+        value = real(self, embeddings, labels, indices)
+        return value * torch.tensor(float("nan")) if len(epochs) > 1 else value
+
+    monkeypatch.setattr(trainer, "epoch_loader", loader)
+    monkeypatch.setattr(ContrastiveLoss, "forward", forward)
+    args = ["--loss-param", "pos_margin=0.1", "--loss-param", "neg_margin=0.9"]
+    out = cli("run", "--loss", "contrastive", *FAST, "--results", tmp_path, *args,
+              catch_exceptions=True)  # fmt: skip
+    line = error_line(out)
+    assert "run(s) diverged and were tested at their best epoch before it" in line, line
+    assert line.endswith(
+        "; a lower --lr, or other values of the loss parameters given (neg_margin=0.9, "
+        "pos_margin=0.1), may train them (metrics.json: diverged)"
+    ), line
