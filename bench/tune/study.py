@@ -282,11 +282,9 @@ def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> o
         while not study_done(study, setup):
             log.info(f"{study.study_name}: {count_done(study)} of {setup.trials} trials done")
             if not places_taken(study, setup.trials):
-                study.optimize(
-                    objective(setup, loss, Path(results) / "tune" / "trials"),
-                    n_trials=setup.trials,
-                    callbacks=[stop_when_done(setup)],
-                )
+                trials_dir = Path(results) / "tune" / "trials"
+                stop = [stop_when_done(setup)]
+                study.optimize(objective(setup, loss, trials_dir), setup.trials, callbacks=stop)
             if not study_done(study, setup):  # its last trials under way, or left by a kill
                 wait_for_running(study, setup.grace_s)
     return study
@@ -308,7 +306,7 @@ def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
 
 def stop_when_done(setup: TuneSetup):
     """A callback that stops this worker once the study has its trials or its epochs, or
-    its last places are taken by trials under way (which `tune_loss` then waits for)."""
+    trials under way take its last places (`tune_loss` waits for them)."""
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         if study_done(study, setup) or places_taken(study, setup.trials):
