@@ -78,6 +78,10 @@ COUNT_OR_ALL = Domain(int, 1, words=("all",))
 PML_DOMAINS: dict[str, dict[str, Domain]] = {
     # One meaning in every PML loss that names them: a divisor, and how many triplets to draw.
     "BaseMetricLossFunction": {"temperature": POSITIVE, "triplets_per_anchor": COUNT_OR_ALL},
+    # A regulariser's weight: a negative one rewards growing embeddings (or class weights)
+    # without bound, and the run diverges (npair l2_reg=-1), which read as a learning rate's.
+    "EmbeddingRegularizerMixin": {"embedding_reg_weight": NON_NEGATIVE},
+    "WeightRegularizerMixin": {"weight_reg_weight": NON_NEGATIVE},
     # PML takes cos(m theta) of a whole m and divides by m; 2.5 trained as 2, 0.5 failed.
     "LargeMarginSoftmaxLoss": {
         "margin": Domain(int, 1, what="a whole multiple of the angle"),

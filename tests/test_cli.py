@@ -496,3 +496,16 @@ def test_a_run_records_each_splits_images_and_classes(nngk_run):
     train = np.load(run_dir / "train_embeddings.npz")["labels"]
     assert counts["train"]["classes"] == 5 and counts["val"]["classes"] == 5  # 0-4, images apart
     assert counts["train"]["images"] + counts["val"]["images"] >= len(train)
+
+
+def test_losses_command_lists_the_sets_and_their_members():
+    from bench.cli.loss_sets import PAPER, REALITY_CHECK
+
+    out = cli("losses").output
+    sets = out.split("sets (--loss NAME, suite --losses NAME):\n")[1].split("\n\n")[0]
+    members = " ".join(sets.split())
+    assert "paper (9 runs a seed) nngk, softmax, contrastive, triplet (miner=semihard)," in members
+    assert "realitycheck (14 runs a seed) contrastive, triplet (miner=semihard), ntxent," in members
+    assert f"all ({len(losses.loss_names()) + 2} runs a seed) nngk," in members
+    for loss, _ in (*PAPER, *REALITY_CHECK):
+        assert loss in members

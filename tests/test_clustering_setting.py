@@ -116,3 +116,48 @@ def test_k_means_runs_on_the_test_split_alone(tmp_path, monkeypatch):
     assert not [k for k in metrics if k.startswith("train_nmi")]
     assert {"train_recall@1", "train_map@r"} <= set(metrics)
     assert "map@r" in metrics["untrained_network"]
+
+
+def test_the_default_keeps_the_k_means_that_fit_its_budget_and_says_what_it_left_out():
+    # Before: at 20,000 test classes the default ran both k-means, past 10 minutes.
+    import torch
+
+    from bench.evaluation.clustering import fitted_clustering
+
+    def fitted(kind, n, classes, dims, device=None):
+        emb = np.zeros((n, dims), dtype=np.float32)  # the shapes alone are read
+        return fitted_clustering(kind, emb, np.arange(n) % classes, 5, device)
+
+    assert fitted("full", 5_000, 100, 64) == ("full", "")
+    kind, said = fitted("full", 60_502, 11_316, 128)  # SOP's test on the CPU: PML's fits
+    assert kind == "pml" and said.startswith(
+        "the best of 5 k-means restarts (nmi_best_of_5) left out: k-means of 60,502 "
+        "embeddings into 11,316 clusters costs 2.4e+13 multiply-adds, beyond the default's "
+        "4.3e+12 (about 3 minutes here); --clustering pml computes PML's NMI at any size"
+    ), said
+    kind, said = fitted("full", 100_000, 20_000, 128)
+    assert kind == "none" and said.startswith("NMI (its k-means) left out: "), said
+    assert fitted("full", 100_000, 20_000, 128, torch.device("cuda"))[0] == "full"  # 14 s
+    for chosen in ("pml", "none"):  # chosen: kept at any size
+        assert fitted(chosen, 100_000, 20_000, 128) == (chosen, "")
+
+
+def test_a_run_whose_default_k_means_is_cut_by_size_says_so_and_is_reported(tmp_path, monkeypatch):
+    import bench.evaluation.clustering as clustering
+
+    monkeypatch.setattr(clustering, "KMEANS_RATES", {"cpu": 1e-3, "device": 1e-3})
+    results = tmp_path / "results"
+    args = ["--dataset", "digits", "--epochs", "1", "--dims", "16", "--results", results]
+    out = cli("run", "--loss", "contrastive", *args)
+    assert out.exit_code == 0, out.output
+    (run,) = results.glob("*-contrastive-*")
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["clustering"] == "full" and "nmi" not in metrics
+    assert metrics["nmi_left_out"].startswith("NMI (its k-means) left out: k-means of 896 ")
+    report = cli("report", "--results", results, "--out", tmp_path / "report")
+    assert report.exit_code == 0 and "left out" not in report.output, report.output
+    table = (tmp_path / "report" / "digits.md").read_text()
+    row = next(line for line in table.splitlines() if line.startswith("| contrastive"))
+    header = next(line for line in table.splitlines() if line.startswith("| loss"))
+    cells = dict(zip(*(map(str.strip, line.split("|")) for line in (header, row)), strict=True))
+    assert cells["NMI"] == "-" and cells["MAP@R"] not in ("", "-")  # no NMI computed

@@ -18,7 +18,7 @@ from bench.evaluation.pair_scoring import pairs_of
 from bench.evaluation.pairs import pair_distances
 from bench.report import galleries as gal
 from bench.report import gallery_queries as gq
-from bench.report import tsne
+from bench.report import similarity, tsne
 from bench.report.gallery_images import (
     BORDER,
     GREEN,
@@ -311,6 +311,24 @@ def test_visualize_searches_its_galleries_on_its_device(glyph_runs, tmp_path, mo
     args = ["visualize", seed0, "--compare", seed1, "--out", tmp_path, "--device", "cpu"]
     out = cli(*args, "--queries", "3")
     assert out.exit_code == 0 and len(searched) == 2, out.output  # the CPU taken for a GPU
+
+
+def test_compare_draws_the_comparison_alone(glyph_runs, tmp_path, monkeypatch):
+    # Before: --compare drew the run's t-SNE (minutes on a large run), its similarity scatter
+    # and its own two galleries, to make the one comparison asked for.
+    _, (seed0, seed1) = glyph_runs
+
+    def not_asked(*args, **kwargs):
+        raise AssertionError("drawn without being asked for")
+
+    monkeypatch.setattr(tsne, "joint_tsne", not_asked)
+    monkeypatch.setattr(gal, "worst_figure", not_asked)
+    monkeypatch.setattr(gal, "gallery_figure", not_asked)  # the fixed queries' gallery
+    monkeypatch.setattr(similarity, "similarity_scatter", not_asked)
+    out = cli("visualize", seed0, "--compare", seed1, "--out", tmp_path, "--queries", "3")
+    assert out.exit_code == 0, out.output
+    assert [p.name for p in tmp_path.iterdir()] == [f"gallery-vs-{seed1.name}.png"]
+    assert str(tmp_path / f"gallery-vs-{seed1.name}.png") in out.output.splitlines()
 
 
 def test_galleries_of_images_changed_since_the_run_are_refused_and_left_out(tmp_path):

@@ -354,7 +354,8 @@ def test_features_command_on_digits_then_linear(tmp_path) -> None:
     assert features.dtype == np.float32 and features.min() >= 0 and labels.dtype == np.int64
     assert [int((split == s).sum()) for s in ("train", "val", "test")] == [720, 181, 896]
     assert set(labels[split == "test"]) == {5, 6, 7, 8, 9}
-    assert "exists, skipped" in cli("features", "--backbone", "small_cnn", "--out", path).output
+    again = cli("features", "--backbone", "small_cnn", "--pretrained", "none", "--out", path)
+    assert again.output == f"{path}: exists, skipped (--force extracts again)\n"
     out = cli(
         "linear",
         "--dataset",
@@ -399,6 +400,33 @@ def test_features_command_errors_are_one_line(tmp_path) -> None:
     out = CliRunner().invoke(main, ["features", "--dataset", "nope", "--out", tmp_path / "f.npz"])
     assert out.exit_code != 0 and "unknown data set 'nope'" in out.output
     assert not (tmp_path / "f.npz").exists()
+
+
+def test_features_onto_another_extractions_file_names_whose_it_is(tmp_path, monkeypatch):
+    # Before: "exists, skipped", and `linear --dataset features:PATH` then trained on digits.
+    import bench.train.extract as extract
+
+    def fake(dataset, *args, **kwargs):
+        rows = np.arange(8, dtype=np.float32).reshape(4, 2) + len(dataset)
+        return rows, np.array([0, 0, 1, 1]), np.array(["train", "train", "test", "test"])
+
+    monkeypatch.setattr(extract, "extract_features", fake)
+    path = tmp_path / "f.npz"
+    args = ["features", "--backbone", "small_cnn", "--pretrained", "none", "--out", path]
+    assert cli(*args).exit_code == 0
+    before = path.read_bytes()
+    out = cli(*args, "--dataset", "glyphs:classes=20")
+    assert out.exit_code == 1 and out.output == (
+        f"Error: --out {path} holds the features of digits (metric, small_cnn, none, seed 0), "
+        "not of glyphs:classes=20 (metric, small_cnn, none, seed 0); give another --out (or "
+        "leave it out: the default path names the data set and settings), or --force to "
+        "replace them\n"
+    )
+    assert path.read_bytes() == before
+    assert cli(*args, "--seed", "1").exit_code == 1  # other settings: not these features either
+    assert cli(*args).output == f"{path}: exists, skipped (--force extracts again)\n"
+    assert cli(*args, "--dataset", "glyphs:classes=20", "--force").exit_code == 0
+    assert path.read_bytes() != before
 
 
 def test_a_forced_refit_that_fails_keeps_the_finished_run(tmp_path, monkeypatch):

@@ -33,6 +33,8 @@ DATA = ["--dataset", "glyphs:classes=20", "--epochs", "1", "--dims", "16"]
         ("pml:FastAPLoss", "num_bins=2.5", "num_bins=2.5: num_bins is an integer >= 1"),
         ("pml:MultiSimilarityLoss", "beta=-1", "beta=-1: beta is a number > 0"),
         ("pml:SphereFaceLoss", "margin=0.5", "margin is a whole multiple of the angle"),
+        # A negative regulariser: the run diverged, and the error blamed --lr (issue 69, 19).
+        ("npair", "l2_reg=-1", "l2_reg=-1: l2_reg is a number >= 0"),
     ],
 )
 def test_a_parameter_out_of_its_domain_is_a_one_line_error_before_the_data(

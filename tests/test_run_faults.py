@@ -203,3 +203,45 @@ def test_a_real_read_only_folder_keeps_its_finished_runs(tmp_path):
         out = cli("report", "--results", results, "--out", tmp_path / "rep")
         assert out.exit_code == 0, out.output
     assert sorted(p.name for p in results.iterdir()) == before
+
+
+def test_a_cache_setting_naming_a_file_is_one_line_naming_it_and_nothing_is_written(
+    tmp_path, monkeypatch
+):
+    not_a_folder = tmp_path / "cache"
+    not_a_folder.write_text("a file")
+    monkeypatch.setenv("NNGK_CACHE", str(not_a_folder))
+    line = error_line(invoke(tmp_path / "results"))
+    assert line == (
+        f"Error: NNGK_CACHE={not_a_folder} is a file, not a folder; point NNGK_CACHE at a folder "
+        "(created if missing) or unset it to use ~/.cache/nngk-bench"
+    )
+    assert not (tmp_path / "results").exists() and not_a_folder.read_text() == "a file"
+
+
+def test_a_divergence_with_loss_parameters_given_names_them_beside_the_lr(tmp_path, monkeypatch):
+    # Before: "a lower --lr may train them", though a parameter can make the loss non-finite
+    # at any learning rate (arcface scale=1e30).
+    from losses.contrastive import ContrastiveLoss
+
+    epochs, real_loader, real = [], trainer.epoch_loader, ContrastiveLoss.forward
+
+    def loader(batches, seed):
+        epochs.append(seed)
+        return real_loader(batches, seed)
+
+    def forward(self, embeddings, labels, indices=None):  # NaN from epoch 2 on
+        value = real(self, embeddings, labels, indices)
+        return value * torch.tensor(float("nan")) if len(epochs) > 1 else value
+
+    monkeypatch.setattr(trainer, "epoch_loader", loader)
+    monkeypatch.setattr(ContrastiveLoss, "forward", forward)
+    args = ["--loss-param", "pos_margin=0.1", "--loss-param", "neg_margin=0.9"]
+    out = cli("run", "--loss", "contrastive", *FAST, "--results", tmp_path, *args,
+              catch_exceptions=True)  # fmt: skip
+    line = error_line(out)
+    assert "run(s) diverged and were tested at their best epoch before it" in line, line
+    assert line.endswith(
+        "; a lower --lr, or other values of the loss parameters given (neg_margin=0.9, "
+        "pos_margin=0.1), may train them (metrics.json: diverged)"
+    ), line

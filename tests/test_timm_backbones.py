@@ -85,7 +85,8 @@ def test_a_timm_model_trains_through_the_command_line(tmp_path, backbone):
     config, metrics = trained(tmp_path)
     assert (config["backbone"], config["crop"], config["resize"]) == (backbone, 32, 32)
     assert metrics["weights"] == "random init" and "weights_sha256" not in metrics
-    assert (metrics["best_epoch"], metrics["input_size"]) == (1, "1x28x28")
+    # what the network was given: 3 channels at the 32-px crop (before: the glyphs' 1x28x28)
+    assert (metrics["best_epoch"], metrics["input_size"]) == (1, "3x32x32")
     assert 0 <= metrics["recall@1"] <= 1
 
 
@@ -171,6 +172,32 @@ def test_the_input_comes_from_the_pretrained_configuration(tmp_path):
     assert given(None, None) == (248, 224)
     assert given(None, 32) == (35, 32) and given(40, 32) == (40, 32)  # the user's win
     assert backbone_input({"backbone": "resnet18", "resize": None, "crop": None})["crop"] is None
+
+
+@pytest.mark.parametrize(
+    "backbone, crop, expected",
+    [
+        (f"timm:{VIT}", None, "3x224x224"),  # its own side (backbone_input's crop), resized to
+        (f"timm:{VIT}", 32, "3x32x32"),  # built for the crop
+        ("timm:resnet18", 32, "3x32x32"),  # any side: 28 px scaled up to its least, 32
+        ("resnet18", None, "3x32x32"),
+        ("small_cnn", None, "1x28x28"),  # as the glyphs are
+    ],
+)
+def test_the_recorded_input_size_is_what_the_backbone_is_given(backbone, crop, expected):
+    # Before: "1x28x28" (the first glyph) for a ViT that was given 224-px crops of 3 channels.
+    from bench.train.loaders import input_size
+
+    crop = crop or backbone_input({"backbone": backbone, "resize": None, "crop": None})["crop"]
+    (cfg,) = make_configs(DATASET, "contrastive", (8,), {}, backbone=backbone, crop=crop)
+    data = load_data(cfg)
+    model = build_model(cfg.backbone, 8, "none", data.in_channels, image_size=cfg.crop).eval()
+    layers = getattr(model.backbone, "model", model.backbone)  # a timm model inside its resize
+    given = []
+    layers.register_forward_pre_hook(lambda _, args: given.append(tuple(args[0].shape[1:])))
+    with torch.no_grad():
+        model(data.test[0][0][None])
+    assert "x".join(map(str, given[0])) == input_size(data) == expected
 
 
 def test_a_timm_models_normalisation_reaches_the_crops(tmp_path):

@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 
-from bench.train.guards import below_init
+from bench.train.guards import below_init, diverged_hint
 from bench.train.presets import make_configs
 from tests.conftest import cli, copy_baselines
 
@@ -120,3 +120,12 @@ def test_a_paper_preset_from_scratch_takes_the_from_scratch_learning_rate():
     assert (tuned.lr, scratch.lr, given.lr) == (1e-5, 3e-4, 0.05)
     (glyphs,) = make_configs("glyphs", "contrastive", (64,), {}, pretrained="none")
     assert glyphs.lr == 0.01  # a preset made for a network from scratch keeps its own
+
+
+def test_a_divergence_hint_names_the_loss_parameters_given_beside_the_lr():
+    # For the trainer's line of a run that diverged (it named --lr alone, issue 69, item 19).
+    assert diverged_hint(0.001, {}) == "a learning rate below 0.001 (--lr) may train"
+    assert diverged_hint(0.001, {"scale": 1e30, "margin": 0.5}) == (
+        "a learning rate below 0.001 (--lr), or other values of the loss parameters given "
+        "(margin=0.5, scale=1e+30), may train"
+    )

@@ -275,6 +275,22 @@ def test_a_server_that_cannot_be_reached_is_one_line_without_the_password(tmp_pa
     assert f"check that the server is running and reachable at 127.0.0.1:{port}" in line, line
 
 
+def test_a_server_url_naming_no_database_is_one_line_saying_so(tmp_path):
+    # Before: the server was asked, and the line ended "that the database None exists".
+    for url, shown in (
+        ("postgresql://", "postgresql://"),
+        ("postgresql://nngk:s3cret@db.example:5432", "postgresql://nngk:***@db.example:5432"),
+        ("mysql://nngk@db.example/", "mysql://nngk@db.example/"),
+    ):
+        out = cli(*contrastive_tune(tmp_path, 1, 1, "--storage", url))
+        assert out.exit_code == 1 and out.output.strip() == (
+            f"Error: --storage {shown} names no database; give one after the server, e.g. "
+            f"{url.split(':')[0]}://USER:PASSWORD@HOST:PORT/DATABASE, or leave --storage out "
+            "(RESULTS/tune/studies.db)"
+        ), out.output
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_storage_file_that_is_no_database_is_one_line(tmp_path):
     # Before: sqlalchemy's DatabaseError traceback ("file is not a database").
     bad = tmp_path / "notes.db"

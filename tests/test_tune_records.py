@@ -59,6 +59,21 @@ def test_a_trial_left_running_by_a_killed_worker_is_waited_for_and_retried(tmp_p
     assert table["params_lr"].notna().all()
 
 
+def test_a_resumed_study_waits_for_a_killed_trial_instead_of_storing_a_placeholder(tmp_path):
+    # Before: with the killed trial still RUNNING and the budget's other trial done, the next
+    # trial was started only to be skipped, and stayed in the study as PRUNED.
+    setup = TuneSetup(TINY, 4, trials=2, epochs=1, grace_s=2)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = open_study(setup, "contrastive", url)
+    killed = study.ask()
+    suggest(killed, setup.space("contrastive"))
+    study._storage.record_heartbeat(killed._trial_id)
+    study = tune_loss(setup, "contrastive", url, tmp_path)
+    states = [t.state for t in study.trials]
+    assert states == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE], states
+    assert pruning_line(study, setup).startswith("2 trials (0 pruned by hyperband)")
+
+
 def test_a_retried_trial_carries_the_epochs_of_the_one_it_retries_once():
     study = optuna.create_study()
     dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1)}

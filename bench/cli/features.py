@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -64,10 +65,12 @@ def features(
 
     given = dict(resize=resize, crop=crop, seed=seed, data_root=data_root)
     out = out or default_features_path(dataset, protocol, backbone, pretrained, **given)
-    if out.exists() and not force:
-        click.echo(f"{out}: exists, skipped (--force extracts again)")
-        return
+    source = dict(dataset=dataset, protocol=protocol, backbone=backbone, pretrained=pretrained)
+    source.update(given)
     try:
+        if out.exists() and not force:
+            click.echo(skip_line(out, source))
+            return
         check_dataset(dataset)
         check_backbone(backbone)
         if dataset.startswith(FEATURES_PREFIX):
@@ -94,7 +97,7 @@ def features(
         )
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
-    write_features(out, *arrays)
+    write_features(out, *arrays, source=source)
     split = arrays[2]
     counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
     click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
@@ -111,3 +114,33 @@ def check_out_writable(out: Path) -> None:
             f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
             "a folder you can write"
         ) from None
+
+
+def shown_source(source: dict) -> str:
+    """'digits (metric, small_cnn, none, seed 0)': a data set and the settings given."""
+    fixed = [source.get(k) for k in ("protocol", "backbone", "pretrained")]
+    rest = [f"{k.replace('_', '-')} {v}" for k, v in source.items() if k in ("resize", "crop",
+            "seed", "data_root") and v not in (None, "")]  # fmt: skip
+    return f"{source.get('dataset')} ({', '.join(str(v) for v in [*fixed, *rest])})"
+
+
+def skip_line(out: Path, source: dict) -> str:
+    """The line of an --out that exists: skipped where it holds these features (or says
+    nothing of what it holds: a file of an older version); a ValueError naming whose
+    features it holds where they are another extraction's, which a skip would leave in place
+    of the ones asked for."""
+    from bench.data.feature_files import features_source
+
+    theirs = features_source(out)
+    source = json.loads(json.dumps(source, default=str))  # as the file holds it
+    if theirs is None:
+        return (
+            f"{out}: exists, skipped; it records no data set or settings (--force extracts again)"
+        )
+    if theirs == source:
+        return f"{out}: exists, skipped (--force extracts again)"
+    raise ValueError(
+        f"--out {out} holds the features of {shown_source(theirs)}, not of "
+        f"{shown_source(source)}; give another --out (or leave it out: the default path "
+        "names the data set and settings), or --force to replace them"
+    )

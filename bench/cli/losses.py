@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import textwrap
 
 import click
 
@@ -67,7 +68,27 @@ def list_losses():
     for name, cls in sorted(MINERS.items()):
         own = " (contrastive-centroid's own, which refreshes it; --miner refuses it)"
         click.echo(f"{name}\n    {summary(cls)}{own if hasattr(cls, 'refresh') else ''}")
+    click.echo("\n".join(set_lines()))
     click.echo("\n".join(pml_lines()))
+
+
+def member_text(loss: str, params: dict) -> str:
+    """'triplet (miner=semihard)' for a set's member with parameters; 'nngk' for one without."""
+    given = ", ".join(f"{k}={v}" for k, v in params.items())
+    return f"{loss} ({given})" if given else loss
+
+
+def set_lines() -> list[str]:
+    """The named sets --loss and suite --losses take, each with its members in plan order."""
+    from bench.cli.loss_sets import LOSS_SETS, named_set
+
+    lines = ["\nsets (--loss NAME, suite --losses NAME):"]
+    for name in LOSS_SETS:
+        members = named_set(name)
+        lines.append(f"{name} ({len(members)} runs a seed)")
+        text = ", ".join(member_text(loss, p) for loss, p in members)
+        lines.append(textwrap.fill(text, 96, initial_indent="    ", subsequent_indent="    "))
+    return lines
 
 
 def regularizers() -> str:

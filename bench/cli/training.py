@@ -126,10 +126,35 @@ def run_all(configs: list, results: Path, force: bool, device) -> None:
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(first_line(err)) from None
     if diverged:
-        raise click.ClickException(
-            f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "
-            f"({', '.join(diverged)}); a lower --lr may train them (metrics.json: diverged)"
-        )
+        raise click.ClickException(diverged_line(results, diverged))
+
+
+def diverged_line(results: Path, diverged: list[str]) -> str:
+    """The runs that diverged, and what may train them: a lower --lr, or other values of the
+    loss parameters they were given (read from their config.json), which a learning rate
+    cannot make finite."""
+    from bench.train.guards import params_text
+
+    params = [given_loss_params(results / run) for run in diverged]
+    # a miner chooses pairs and scales nothing: not what makes a loss non-finite
+    given = sorted({params_text({k: v for k, v in p.items() if k != "miner"}) for p in params})
+    given = [text for text in given if text]
+    also = f", or other values of the loss parameters given ({'; '.join(given)})," if given else ""
+    return (
+        f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "
+        f"({', '.join(diverged)}); a lower --lr{also} may train them (metrics.json: diverged)"
+    )
+
+
+def given_loss_params(run_dir: Path) -> dict:
+    """The loss parameters a run was given (its config.json's loss_params); {} where unread."""
+    import json
+
+    try:
+        params = json.loads((run_dir / store.CONFIG).read_text()).get("loss_params")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return params if isinstance(params, dict) else {}
 
 
 def train_all(configs: list, results: Path, force: bool, device) -> list[str]:

@@ -47,7 +47,8 @@ from bench.util.progress import log
     "--compare",
     type=click.Path(path_type=Path, exists=True, file_okay=False),
     default=None,
-    help="Another run of the same data set: both runs' top-k side by side on the same queries.",
+    help="Another run of the same data set: both runs' top-k side by side on the same queries; "
+    "only this gallery is drawn (visualize the run without --compare for its other figures).",
 )
 # A gallery is one image of queries x (k + 1) thumbnails: these bounds keep it at most about
 # 6,700 x 2,400 pixels (48 MB of pixels, 64 MB drawn); 5,000 queries once took 23 GB.
@@ -110,7 +111,8 @@ def visualize_one(
         if compare is not None:
             check_comparable(run_dir, compare)
         check_drawable(run_dir, out, gallery)
-        written = visualize_run(run_dir, out, max_points)
+        # --compare asks for the comparison alone; the t-SNE (minutes) is drawn without it
+        written = visualize_run(run_dir, out, max_points) if compare is None else []
         if gallery:
             written += galleries_or_note(run_dir, out, compare, queries, k, device)
     except (ValueError, FileNotFoundError) as err:
@@ -149,10 +151,12 @@ def galleries_or_note(
         click.echo(str(no_images_error(cfg.dataset)))
         return []
     names = ["gallery-fixed.png", "gallery-worst.png"]
-    names += [f"gallery-vs-{compare.name}.png"] if compare is not None else []
     names += ["pair-errors.png"] if get_protocol(cfg.protocol).evaluates(VERIFICATION) else []
+    names = names if compare is None else [f"gallery-vs-{compare.name}.png"]
     with drawing(", ".join(names), f"{cfg.dataset}'s test images, loaded first"):
-        return visualize_galleries(run_dir, out, compare, queries, k, device)
+        return visualize_galleries(
+            run_dir, out, compare, queries, k, device, only_compare=compare is not None
+        )
 
 
 def check_finished(run_dir: Path | None) -> None:

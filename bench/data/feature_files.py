@@ -1,10 +1,12 @@
 """Feature files: arrays of feature vectors with labels and splits, checked on reading.
 
 A features file is an .npz with `features` (N x F float32), `labels` (N int64) and `split`
-(N strings, each "train", "val" or "test")."""
+(N strings, each "train", "val" or "test"); `nngk-bench features` adds `source`, a JSON string
+of the data set and settings they were extracted with."""
 
 from __future__ import annotations
 
+import json
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,15 +155,39 @@ def checked_scale(path: Path, features: np.ndarray) -> np.ndarray:
     return features
 
 
-def write_features(path: Path, features: np.ndarray, labels: np.ndarray, split: np.ndarray):
+def write_features(
+    path: Path,
+    features: np.ndarray,
+    labels: np.ndarray,
+    split: np.ndarray,
+    source: dict | None = None,
+) -> None:
+    """The arrays into an .npz; `source` (the data set and settings they were extracted with)
+    as the JSON string `source`, so that a later `features --out` onto the file can tell whose
+    it is. Readers take only the three arrays."""
     from bench.util.atomic import atomic_save_npz  # imports torch: `run` reads this module first
 
+    text = json.dumps(source, sort_keys=True, default=str)
+    recorded = {"source": np.array(text)} if source else {}
     atomic_save_npz(
         Path(path),
         features=features.astype(np.float32),
         labels=labels.astype(np.int64),
         split=split.astype(str),
+        **recorded,
     )
+
+
+def features_source(path: Path) -> dict | None:
+    """The data set and settings a features file records it was extracted with; None where it
+    records none (written before they were recorded, or by other means) or cannot be read."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            if "source" not in npz.files:
+                return None
+            return json.loads(str(npz["source"]))
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
 
 
 def load_feature_file(dataset: str) -> FeatureSplits:

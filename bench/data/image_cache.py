@@ -32,6 +32,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from bench.data.cache_times import CacheTimes, usable_cpus
+from bench.util.environ import cache_setting
 from bench.util.names import safe_name
 from bench.util.progress import log
 
@@ -156,9 +157,7 @@ def file_stats(paths: list[str]) -> list[tuple[int, int]]:
 
 def cache_folder() -> Path:
     """$NNGK_CACHE, else the user's cache folder: never the checkout, never a data folder."""
-    if os.environ.get("NNGK_CACHE"):
-        return Path(os.environ["NNGK_CACHE"])
-    return Path.home() / ".cache" / "nngk-bench"
+    return cache_setting() or Path.home() / ".cache" / "nngk-bench"
 
 
 def images_cache_dir(root: Path) -> Path:

@@ -104,6 +104,9 @@ class DataSplits:
     packages: dict[str, str] = field(default_factory=dict)
     # What a figure that shows its images must credit (the emoji sets and their licences).
     credits: str = ""
+    # The shape the run's network is given, e.g. "3x224x224" for a timm ViT on 28-px glyphs
+    # (it resizes them): set by bench.train.loaders.load_data; "" for the items' own shape.
+    network_input: str = ""
 
 
 def tensor_splits(

@@ -14,6 +14,14 @@ PML_ITERATIONS, BEST_ITERATIONS = 20, 50
 # Multiply-adds of a k-means (points x clusters x dims x iterations) from which it is said
 # before it starts: about 3 s on a 2-core CPU.
 SAID_FROM = 1e11
+# What the default clustering (`full`) may spend on its k-means: about three minutes, at the
+# rates measured (docs/metrics.md: SOP's test shape, PML's 1.75e12 multiply-adds in 74 s on one
+# CPU thread; docs/speed.md: 60,000 x 128 into 7,746 clusters, 20 iterations, in 0.235 s in
+# torch on an H100). Beyond it the restarts, then PML's k-means too, are left out and said:
+# at 20,000 test classes the default ran past 10 minutes, with no way out but none.
+KMEANS_SECONDS = 180
+KMEANS_RATES = {"cpu": 2.4e10, "device": 5e12}  # multiply-adds a second
+NMI_LEFT_OUT = "nmi_left_out"  # metrics.json: what the default's size cut left out, and why
 
 
 def nmi(embeddings: np.ndarray, labels: np.ndarray, device=None) -> float:
@@ -68,3 +76,36 @@ def announce_kmeans(embeddings: np.ndarray, labels: np.ndarray, restarts: int) -
         f"iterations (PML's){then}; {skip} skips {'k-means' if restarts else 'it'}"
     )
     return True
+
+
+def kmeans_budget(device=None) -> float:
+    """The multiply-adds the default's k-means may take where the search runs (None or a
+    CPU device: faiss or torch on the CPU)."""
+    on_cpu = device is None or getattr(device, "type", "cpu") == "cpu"
+    return KMEANS_SECONDS * KMEANS_RATES["cpu" if on_cpu else "device"]
+
+
+def fitted_clustering(
+    kind: str, embeddings: np.ndarray, labels: np.ndarray, restarts: int, device=None
+) -> tuple[str, str]:
+    """The NMI a test computes (`kind`, a run's --clustering) at this size: `full`, the
+    default, keeps what fits `kmeans_budget` (both NMIs, PML's alone, or none); `pml` and
+    `none`, chosen, are kept at any size. With it, a line saying what was left out ('' where
+    nothing was)."""
+    if kind != "full":
+        return kind, ""
+    (n, dims), clusters = embeddings.shape, len(np.unique(labels))
+    per_iteration, budget = float(n) * clusters * dims, kmeans_budget(device)
+    full = per_iteration * (PML_ITERATIONS + restarts * BEST_ITERATIONS)
+    if full <= budget:
+        return "full", ""
+    if per_iteration * PML_ITERATIONS <= budget:
+        fitted, left = "pml", f"the best of {restarts} k-means restarts (nmi_best_of_{restarts})"
+    else:
+        fitted, left = "none", "NMI (its k-means)"
+    return fitted, (
+        f"{left} left out: k-means of {n:,} embeddings into {clusters:,} clusters costs "
+        f"{full:.1e} multiply-adds, beyond the default's {budget:.1e} (about "
+        f"{KMEANS_SECONDS // 60} minutes here); --clustering pml computes PML's NMI at any "
+        "size, --clustering none says no k-means is wanted"
+    )

@@ -161,6 +161,19 @@ def _small_cnn(
     return net, in_channels
 
 
+def input_channels(name: str, pretrained: str, in_channels: int) -> int:
+    """The channels a backbone's first layer takes, for images of `in_channels` (EmbeddingNet
+    adapts the images to them): a small CNN's, those of its weights file where it has one."""
+    if name in VECTOR_BACKBONES:
+        return in_channels
+    if name in SMALL_CNNS:
+        state = None if pretrained in ("none", "imagenet") else read_state_dict(name, pretrained)
+        if state is not None and SMALL_CNN_FIRST_CONV in state:
+            return int(state[SMALL_CNN_FIRST_CONV].shape[1])
+        return in_channels
+    return 3
+
+
 def check_backbone_weights(name: str, pretrained: str, image_size: int | None = None) -> None:
     """A backbone's weights can be had before any data is read, so that an offline machine
     fails before it builds an image cache: a torchvision backbone's (`check_weights`), a small

@@ -13,7 +13,10 @@ from bench.models.backbones import (
     build_backbone,
     check_backbone,
     check_embedding,
+    input_channels,
 )
+from bench.models.choices import VECTOR_BACKBONES, is_timm
+from bench.models.timm_backbones import timm_input
 
 
 class EmbeddingNet(nn.Module):
@@ -48,8 +51,7 @@ class EmbeddingNet(nn.Module):
             x = x.mean(dim=1, keepdim=True)
         h, w = x.shape[-2:]
         if min(h, w) < self.min_size:
-            scale = self.min_size / min(h, w)
-            size = (max(self.min_size, round(h * scale)), max(self.min_size, round(w * scale)))
+            size = upscaled_size(h, w, self.min_size)
             x = F.interpolate(x, size=size, mode="bilinear", align_corners=False)
         return x
 
@@ -59,6 +61,34 @@ class EmbeddingNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.embed(self.features(x))
+
+
+def upscaled_size(h: int, w: int, min_size: int) -> tuple[int, int]:
+    """(height, width) of an input whose shorter side is under `min_size`, scaled up to it
+    (what EmbeddingNet gives a backbone); as it is where it is not."""
+    if min(h, w) >= min_size:
+        return h, w
+    scale = min_size / min(h, w)
+    return max(min_size, round(h * scale)), max(min_size, round(w * scale))
+
+
+def network_input(
+    backbone: str, pretrained: str, shape: tuple[int, ...], image_size: int | None = None
+) -> tuple[int, ...]:
+    """The shape the backbone's own layers are given for an item of `shape` (channels, height,
+    width), as EmbeddingNet and a timm model of one input size adapt it: its channels, a side
+    under its least scaled up, a timm ViT's resize to the side it was built for (`image_size`,
+    else its own). A feature vector as it is."""
+    if len(shape) != 3 or backbone in VECTOR_BACKBONES:
+        return tuple(shape)
+    channels = input_channels(backbone, pretrained, shape[0])
+    if is_timm(backbone):
+        spec = timm_input(backbone)
+        if spec.fixed:  # TimmBackbone resizes every input to the side it was built for
+            side = image_size or spec.size
+            return channels, side, side
+        return channels, *upscaled_size(shape[1], shape[2], spec.min_size)
+    return channels, *upscaled_size(shape[1], shape[2], MIN_SIZES.get(backbone, 0))
 
 
 def build_model(

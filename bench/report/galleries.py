@@ -234,12 +234,13 @@ def pair_errors_of(
 
 def visualize_galleries(
     run_dir: Path, out: Path, compare: Path | None = None, queries: int = 10, k: int = 5,
-    device=None,
+    device=None, only_compare: bool = False,
 ) -> list[Path]:  # fmt: skip
     """gallery-fixed.png, gallery-worst.png, gallery-vs-<other run>.png (with `compare`) and,
-    for a pairs-protocol run, pair-errors.png; a one-line ValueError for a run on feature
-    vectors (no images) or a comparison of runs of different data. `device`: where the worst
-    queries and the top-1 disagreements are searched (None: faiss on the CPU)."""
+    for a pairs-protocol run, pair-errors.png; with `only_compare`, the comparison alone (what
+    `visualize --compare` asks for). A one-line ValueError for a run on feature vectors (no
+    images) or a comparison of runs of different data. `device`: where the worst queries and
+    the top-1 disagreements are searched (None: faiss on the CPU)."""
     if compare is not None:
         check_comparable(run_dir, compare)
     cfg = run_config(run_dir)
@@ -247,41 +248,30 @@ def visualize_galleries(
     emb, labels = saved_test(run_dir, data.test)
     show, names, name = split_images(data.test), data.class_names, Path(run_dir).name
     gallery = gallery_items(data.test)
-    fixed = fixed_queries(labels, queries, cfg.dataset, gallery)
-    files = {
-        "gallery-fixed.png": gallery_figure(
-            show,
-            emb,
-            labels,
-            fixed,
-            k,
-            credited(f"{name}: fixed queries", data),
-            names,
-            gallery=gallery,
+    # Each figure drawn only where asked for: the worst queries search every test item.
+    draws = {} if only_compare else {
+        "gallery-fixed.png": lambda: gallery_figure(
+            show, emb, labels, fixed_queries(labels, queries, cfg.dataset, gallery), k,
+            credited(f"{name}: fixed queries", data), names, gallery=gallery,
         ),
-        "gallery-worst.png": worst_figure(
-            show,
-            emb,
-            labels,
-            queries,
-            k,
-            credited(f"{name}: worst queries (AP@R)", data),
-            names,
-            device,
-            gallery,
+        "gallery-worst.png": lambda: worst_figure(
+            show, emb, labels, queries, k, credited(f"{name}: worst queries (AP@R)", data),
+            names, device, gallery,
         ),
-    }
+    }  # fmt: skip
     if compare is not None:
-        other, _ = saved_test(compare, data.test)
-        files[f"gallery-vs-{Path(compare).name}.png"] = comparison_figure(
-            show, (emb, other), labels, queries, k, cfg.dataset, (name, Path(compare).name), names,
-            device, gallery, data.credits,
+        other, _ = saved_test(compare, data.test)  # a damaged run refused before any drawing
+        draws[f"gallery-vs-{Path(compare).name}.png"] = lambda: comparison_figure(
+            show, (emb, other), labels, queries, k, cfg.dataset,
+            (name, Path(compare).name), names, device, gallery, data.credits,
         )  # fmt: skip
-    if get_protocol(cfg.protocol).evaluates(VERIFICATION):
-        files["pair-errors.png"] = pair_errors_of(show, run_dir, emb, labels, queries, names)
-    for file_name, data_bytes in files.items():
-        atomic_write_bytes(Path(out) / file_name, data_bytes)
-    return [Path(out) / file_name for file_name in files]
+    if get_protocol(cfg.protocol).evaluates(VERIFICATION) and not only_compare:
+        draws["pair-errors.png"] = lambda: pair_errors_of(
+            show, run_dir, emb, labels, queries, names
+        )
+    for file_name, draw in draws.items():
+        atomic_write_bytes(Path(out) / file_name, draw())
+    return [Path(out) / file_name for file_name in draws]
 
 
 def best_runs(part: pd.DataFrame) -> pd.DataFrame:

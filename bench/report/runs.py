@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, identity_hash
+from bench.evaluation.clustering import NMI_LEFT_OUT
 from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, shown_protocol
 from bench.report.records import config_fault, metrics_fault
@@ -121,7 +122,8 @@ def read_runs(results: Path) -> tuple[pd.DataFrame, list[str], dict[str, list[st
     runs, problems = store.scan_runs(results)
     rows, left_out = [], {}
     for run_dir, metrics in runs:
-        if metrics.get("clustering") == "none":  # tested without k-means (--clustering none)
+        # tested without k-means: --clustering none, or the default's size cut (NMI_LEFT_OUT)
+        if metrics.get("clustering") == "none" or NMI_LEFT_OUT in metrics:
             metrics.setdefault("nmi", float("nan"))
         fault = metrics_fault(metrics)
         fault = f"metrics.json {fault}" if fault else config_fault(run_dir, metrics)

@@ -26,7 +26,7 @@ from bench.runs.config import (
     weights_record,
 )
 from bench.train.evaluations import evaluations_of, retrieval_scores
-from bench.train.loaders import input_size, load_data
+from bench.train.loaders import input_size, item_size, load_data
 from bench.train.optimizers import optimizer_text
 from bench.util.arrays import l2_normalised
 from bench.util.atomic import atomic_write_json
@@ -165,6 +165,7 @@ def write_baseline(
         metrics.update(evaluation.baseline(data, normalised))
     metrics.update(embedding_health(embeddings, labels, seed=base.seed, device=device))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
-    metrics.update(run_summary(base, features=label, input_size=input_size(data)))
+    given = input_size(data) if base.backbone != "none" else item_size(data)  # raw: the items
+    metrics.update(run_summary(base, features=label, input_size=given))
     atomic_write_json(run_dir / store.METRICS, metrics)
     return run_dir

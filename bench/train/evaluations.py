@@ -14,12 +14,13 @@ import numpy as np
 import torch
 
 from bench.evaluation.classification import classification_scores
-from bench.evaluation.clustering import nmi, nmi_best_of
+from bench.evaluation.clustering import NMI_LEFT_OUT, fitted_clustering, nmi, nmi_best_of
 from bench.evaluation.metrics import BEST_OF, CLUSTERING, Scores, evaluate, evaluate_gallery
 from bench.evaluation.pair_scoring import pair_report, pair_scores, validation_threshold
 from bench.evaluation.retrieval import R_PRECISION, RECALL_KS
 from bench.protocols import CLASSIFIER, VERIFICATION, Protocol
 from bench.util.atomic import atomic_write_text
+from bench.util.progress import log
 from bench.util.registry import Registry
 
 EVALUATIONS = Registry("evaluation")
@@ -63,8 +64,12 @@ def retrieval_scores(
     faiss on the CPU; see `bench.util.torch_knn.search_device`). `ks`: the data set's Recall@K
     (`bench.data.recall_ks`)."""
     if not protocol.gallery:
+        clustering, left_out = fitted_clustering(clustering, emb, labels, BEST_OF, device)
         found = CLUSTERING[clustering]
-        return evaluate(emb, labels, seed=seed, with_scores=True, device=device, ks=ks, **found)
+        metrics, scores = evaluate(
+            emb, labels, seed=seed, with_scores=True, device=device, ks=ks, **found
+        )
+        return noted(metrics, left_out), scores
     if queries is None or len(queries) != len(labels):
         raise ValueError(
             "a protocol with a gallery needs the test split's query flags, one per item; this "
@@ -88,6 +93,7 @@ def gallery_metrics(
     over the gallery alone (the set a query is searched in: In-Shop's queries are a second
     view of the gallery's items)."""
     gallery, gallery_labels = emb[~queries], labels[~queries]
+    clustering, left_out = fitted_clustering(clustering, gallery, gallery_labels, BEST_OF, device)
     found, scores = evaluate_gallery(
         emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device,
         ks=ks,
@@ -101,7 +107,15 @@ def gallery_metrics(
             gallery, gallery_labels, seed, BEST_OF, device
         )
     metrics.update({key: found[key] for key in last})
-    return metrics, scores
+    return noted(metrics, left_out), scores
+
+
+def noted(metrics: dict, left_out: str) -> dict:
+    """The metrics, with what the default's size cut left out (`NMI_LEFT_OUT`), said once."""
+    if not left_out:
+        return metrics
+    log.info(f"NMI: {left_out}")
+    return {**metrics, NMI_LEFT_OUT: left_out}
 
 
 @register_evaluation(CLASSIFIER)

@@ -147,6 +147,21 @@ def below_init(metrics: dict, lr: float) -> list[str]:
     ]
 
 
+def params_text(params: dict) -> str:
+    """'l2_reg=-1, scale=1e+30': loss parameters as given; '' for none."""
+    return ", ".join(f"{name}={value}" for name, value in sorted(params.items()))
+
+
+def diverged_hint(lr: float, params: dict) -> str:
+    """What may train a run that went non-finite: a lower learning rate, and where loss
+    parameters were given, other values of them, which can make the loss itself non-finite
+    (an ArcFace scale of 1e30) where no learning rate would train it."""
+    hint = f"a learning rate below {lr:g} (--lr)"
+    if params:
+        hint += f", or other values of the loss parameters given ({params_text(params)}),"
+    return f"{hint} may train"
+
+
 def epoch_summary(run: str, row: dict, epochs: int, score: float) -> str:
     """One line per epoch: training loss, validation MAP@R and the selection score, seconds."""
     val = (

@@ -12,6 +12,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 from bench.data.datasets import DataSplits, load_run_data
 from bench.data.identity import data_identity
 from bench.models.backbones import input_normalization
+from bench.models.embedding import network_input
 from bench.runs.config import RunConfig
 from bench.train.distributed import ONE_PROCESS, Ranks, RankSlices, check_divisible
 from bench.util.batches import split_loader
@@ -29,14 +30,24 @@ def balanced_m(batch_size: int, m: int, num_classes: int) -> int:
 
 
 def input_size(data: DataSplits) -> str:
-    """What the network is given, e.g. '1x28x28' (channels x height x width), '3x224x224' (an
-    image set's crops: its cached images, each of its own size, not its first) or '4096'."""
+    """What the network is given, e.g. '3x224x224' (a timm ViT on 28-px glyphs: resized), where
+    `load_data` recorded it; else the items' own shape (`item_size`)."""
+    return data.network_input or item_size(data)
+
+
+def item_size(data: DataSplits) -> str:
+    """The shape of an item, e.g. '1x28x28' (channels x height x width), '3x224x224' (an image
+    set's crops: its cached images, each of its own size, not its first) or '4096'."""
     if not len(data.test):
         return ""
+    return "x".join(str(n) for n in item_shape(data))
+
+
+def item_shape(data: DataSplits) -> tuple[int, ...]:
     crops = getattr(data.test, "crops", None)
     if crops is not None:
-        return f"3x{crops.crop}x{crops.crop}"
-    return "x".join(str(n) for n in data.test[0][0].shape)
+        return (3, crops.crop, crops.crop)
+    return tuple(data.test[0][0].shape)
 
 
 def per_class(cfg: RunConfig, labels: np.ndarray) -> int:
@@ -132,8 +143,14 @@ def epoch_loader(loader: DataLoader, seed: int) -> DataLoader:
 
 
 def load_data(cfg: RunConfig) -> DataSplits:
-    """The run's splits, its images normalised as its backbone expects."""
-    return load_run_data(cfg, input_normalization(cfg.backbone))
+    """The run's splits, its images normalised as its backbone expects, with the shape its
+    network is given (recorded as the run's `input_size`: not the items', where the network
+    changes their channels or size)."""
+    data = load_run_data(cfg, input_normalization(cfg.backbone))
+    if not len(data.test):
+        return data
+    shape = network_input(cfg.backbone, cfg.pretrained, item_shape(data), cfg.crop)
+    return replace(data, network_input="x".join(str(n) for n in shape))
 
 
 def with_data_identity(configs: list[RunConfig]) -> list[RunConfig]:

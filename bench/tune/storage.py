@@ -76,10 +76,18 @@ def serialize_sqlite(engine: Engine) -> None:
 
 def check_kept(url: str) -> None:
     """Refuse an SQLite database in memory (`sqlite://`, `sqlite:///:memory:`): it would keep
-    no trial after the process, nor share them with another worker."""
+    no trial after the process, nor share them with another worker; and a server's URL that
+    names no database (`postgresql://`), which the server would refuse as "the database None"."""
     parsed = parsed_url(url)
     if parsed is None:
         return  # not a URL: RDBStorage names what is wrong
+    if parsed.get_backend_name() != "sqlite" and not parsed.database:
+        backend = parsed.get_backend_name()
+        raise StorageError(
+            f"--storage {shown(url)} names no database; give one after the server, e.g. "
+            f"{backend}://USER:PASSWORD@HOST:PORT/DATABASE, or leave --storage out "
+            "(RESULTS/tune/studies.db)"
+        )
     if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise StorageError(
             f"--storage {url} is a database in memory, which keeps no trial after tune ends "

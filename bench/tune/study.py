@@ -55,7 +55,7 @@ from bench.tune.pruning import (
 )
 from bench.tune.sampler import SobolSampler
 from bench.tune.storage import rdb_storage, storage_errors
-from bench.tune.waiting import wait_for_running
+from bench.tune.waiting import places_taken, wait_for_running
 from bench.util.atomic import atomic_write_json
 from bench.util.names import fitted_name, safe_name
 from bench.util.progress import log
@@ -281,11 +281,10 @@ def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> o
     with storage_errors(storage_url):  # the server lost while the trials run
         while not study_done(study, setup):
             log.info(f"{study.study_name}: {count_done(study)} of {setup.trials} trials done")
-            study.optimize(
-                objective(setup, loss, Path(results) / "tune" / "trials"),
-                n_trials=setup.trials,
-                callbacks=[stop_when_done(setup)],
-            )
+            if not places_taken(study, setup.trials):
+                trials_dir = Path(results) / "tune" / "trials"
+                stop = [stop_when_done(setup)]
+                study.optimize(objective(setup, loss, trials_dir), setup.trials, callbacks=stop)
             if not study_done(study, setup):  # its last trials under way, or left by a kill
                 wait_for_running(study, setup.grace_s)
     return study
@@ -306,10 +305,11 @@ def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
 
 
 def stop_when_done(setup: TuneSetup):
-    """A callback that stops this worker once the study has its trials or its epochs."""
+    """A callback that stops this worker once the study has its trials or its epochs, or
+    trials under way take its last places (`tune_loss` waits for them)."""
 
     def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        if study_done(study, setup):
+        if study_done(study, setup) or places_taken(study, setup.trials):
             study.stop()
 
     return callback

@@ -12,6 +12,7 @@ import optuna
 from optuna.storages import fail_stale_trials
 from optuna.trial import FrozenTrial, TrialState
 
+from bench.tune.pruning import counts
 from bench.tune.storage import HEARTBEAT_S
 from bench.util.progress import log
 
@@ -23,6 +24,15 @@ def under_way(study: optuna.Study) -> list[FrozenTrial]:
 def queued(study: optuna.Study) -> list[FrozenTrial]:
     """Trials waiting for a worker: a stale trial's retry among them."""
     return study.get_trials(deepcopy=False, states=(TrialState.WAITING,))
+
+
+def places_taken(study: optuna.Study, places: int) -> bool:
+    """Whether the trials done and under way (or left RUNNING by a killed worker) fill the
+    study's `places`, with no retry queued: a trial started now would only be skipped, and
+    stored as PRUNED, a placeholder among the study's trials; the worker waits instead."""
+    if queued(study):
+        return False  # a retry waits for a worker: optimize takes it first
+    return sum(map(counts, study.get_trials(deepcopy=False))) >= places
 
 
 def wait_for_running(study: optuna.Study, grace_s: int, poll_s: float = HEARTBEAT_S) -> None:
