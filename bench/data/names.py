@@ -44,7 +44,7 @@ def dataset_names() -> list[str]:
         "digits",
         *sorted(READER_NAMES),
         "glyphs[:classes=N,instances=N,size=N,seed=N,difficulty=X,first=N]",
-        "emoji[:size=N,min_sets=N,sets=NAME+NAME,classes=N]",
+        "emoji[:size=N,min_sets=N,sets=NAME+NAME,classes=N,held_out=NAME+NAME]",
         f"{FOLDER_PREFIX}PATH",
         f"{FEATURES_PREFIX}PATH.npz",
     ]
