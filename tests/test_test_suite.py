@@ -3,6 +3,7 @@
 temporary folder removed (issue 69, item 10). Each runs pytest on a file of two quick tests,
 with this project's settings and tests/conftest.py."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +22,14 @@ def test_nothing():
 
 def pytest_of(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_tiny.py").write_text(TINY)
+    # A session of its own: not a worker of this one's pytest-xdist (whose variables would tell
+    # its conftest it is a worker, whose output is not shown).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}
     settings = ["-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT), "-p", "tests.conftest"]
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *settings, *args,
          str(tmp_path / "test_tiny.py"), "--basetemp", str(tmp_path / "t")],
-        cwd=ROOT, text=True, capture_output=True,
+        cwd=ROOT, text=True, capture_output=True, env=env,
     )  # fmt: skip
 
 
