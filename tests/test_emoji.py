@@ -149,6 +149,9 @@ def test_classes_are_names_enough_sets_draw_in_sha1_order(data_root):
     first = emoji.images[emoji.labels == order.index("square-0")][0]
     assert tuple(first[8, 8]) == (0xE6, 0x19, 0x4B) and tuple(first[0, 0]) == (255, 255, 255)
     assert len(load_emoji(fixture_spec(classes=5), data_root).class_names) == 5
+    said = []
+    assert len(load_emoji(fixture_spec(classes=40), data_root, say=said.append).class_names) == 16
+    assert said[-1].endswith("only 16 emoji are drawn by 2 of these sets")
 
 
 def test_the_cache_is_read_back_and_never_written_into_the_data_root(

@@ -135,6 +135,8 @@ def render_sets(spec: EmojiSpec, sets: list[IconSet], say=log.info) -> EmojiSet:
             if len(names) == spec.classes:
                 break
     say_failures(spec, failed, say)
+    if len(names) < spec.classes:  # never a silently smaller set than asked for
+        say(f"{spec.name()}: only {len(names)} emoji are drawn by {spec.min_sets} of these sets")
     return EmojiSet(
         images=images[: len(labels)],
         labels=np.asarray(labels, np.int64),
