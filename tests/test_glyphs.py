@@ -208,16 +208,19 @@ def test_cache_is_read_back_and_a_damaged_one_is_generated_again(cache, monkeypa
     assert np.array_equal(again, images) and messages[0].startswith("generating " + SMALL)
 
 
-def test_a_cache_that_cannot_be_written_is_said_and_the_set_generated_in_memory(cache):
+def test_a_cache_that_cannot_be_written_is_said_and_the_set_generated_in_memory(cache, monkeypatch):
+    # A cache folder below a file cannot be made (root writes any folder, whatever its mode);
+    # NNGK_CACHE naming a file itself is refused before anything runs (tests/test_environ.py).
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text("a file where the cache folder should be")
+    cache.write_text("a file where the cache folder's parent should be")
+    monkeypatch.setenv("NNGK_CACHE", str(cache / "below"))
     spec = GlyphSpec.parse(SMALL)
     messages = []
     images, labels = load_glyphs(spec, say=messages.append)
     assert (
         np.array_equal(images, generate(spec)[0]) and labels.tolist() == G.set_labels(spec).tolist()
     )
-    assert messages[1].startswith(f"could not cache {SMALL} in {cache}")
+    assert messages[1].startswith(f"could not cache {SMALL} in {cache / 'below'}")
 
 
 def test_a_previous_format_cache_is_read_in_place_and_a_compressed_one_replaced(cache):

@@ -254,9 +254,11 @@ def test_no_module_imports_timm_unless_a_timm_backbone_is_asked_for():
                     found.setdefault(str(path.relative_to(ROOT)), []).append((name, top))
     assert found["bench/models/timm_backbones.py"] == [("timm", False)]
     assert found["bench/cli/settings.py"] == [("bench.models.timm_backbones", False)]
-    # bench.models.backbones imports the module (cheap: torch only), never timm itself
+    # bench.models.backbones and .embedding import the module (cheap: torch only), never timm
     assert set(found) == {
         "bench/models/timm_backbones.py",
         "bench/cli/settings.py",
         "bench/models/backbones.py",
+        "bench/models/embedding.py",
     }
+    assert found["bench/models/embedding.py"] == [("bench.models.timm_backbones", True)]
