@@ -84,16 +84,16 @@ class EmojiSpec:
         """The chosen sets, in the order of `SETS`."""
         if self.sets == ALL_SETS:
             return tuple(SETS)
-        chosen = self.sets.split("+")
+        chosen = listed(self.sets)
         return tuple(name for name in SETS if name in chosen)
 
     def held_out_names(self) -> tuple[str, ...]:
         """The held-out sets, in the order of `SETS`."""
-        held = self.held_out.split("+") if self.held_out else []
+        held = listed(self.held_out)
         return tuple(name for name in SETS if name in held)
 
     def checked(self) -> EmojiSpec:
-        chosen = [] if self.sets == ALL_SETS else self.sets.split("+")
+        chosen = [] if self.sets == ALL_SETS else listed(self.sets)
         unknown = [name for name in chosen if name not in SETS]
         if unknown or len(set(chosen)) < len(chosen):
             raise ValueError(
@@ -115,7 +115,7 @@ class EmojiSpec:
         return self
 
     def check_held_out(self) -> None:
-        held = self.held_out.split("+") if self.held_out else []
+        held = listed(self.held_out)
         chosen = self.set_names()
         if len(set(held)) < len(held) or not set(held) <= set(chosen):
             raise ValueError(
@@ -150,27 +150,38 @@ class EmojiSpec:
         return hashlib.sha1(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def listed(text: str) -> list[str]:
+    """The set names a parameter joins by '+' ('' lists none)."""
+    return text.split("+") if text else []
+
+
+def emoji_folder(data_root: Path) -> Path:
+    """The folder the sets are installed into under a data root (`install_line`'s prefix)."""
+    return Path(data_root).expanduser() / NAME
+
+
 def packages_folder(data_root: Path) -> Path:
-    """Where npm installs the sets under a data root (`install_line`'s prefix/node_modules)."""
-    return Path(data_root).expanduser() / NAME / "node_modules" / SCOPE
+    """Where npm puts the sets under a data root (the prefix's node_modules)."""
+    return emoji_folder(data_root) / "node_modules" / SCOPE
 
 
 def missing_error(data_root: Path, missing: list[str]) -> ValueError:
-    folder = Path(data_root).expanduser() / NAME
+    folder = emoji_folder(data_root)
     return ValueError(
         f"the emoji sets {', '.join(missing)} are not installed under {folder}; install them "
         f"(about 180 MB, a few seconds) with: {install_line(folder)}"
     )
 
 
-def read_json(path: Path) -> dict:
-    """A package's JSON file, or a one-line ValueError naming it and how to mend it."""
+def read_json(path: Path, data_root: Path) -> dict:
+    """A package's JSON file, or a one-line ValueError naming it and how to mend it (the
+    install line for the data root it lies under)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ValueError(
             f"{path} cannot be read as JSON ({' '.join(str(err).split())}); reinstall the emoji "
-            f"sets with: {install_line(path.parents[3])}"
+            f"sets with: {install_line(emoji_folder(data_root))}"
         ) from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds no JSON object; reinstall the emoji sets")
@@ -183,7 +194,7 @@ def set_versions(data_root: Path, names: tuple[str, ...]) -> dict[str, str]:
     missing = [name for name in names if not (folder / name / "package.json").is_file()]
     if missing:
         raise missing_error(data_root, missing)
-    packages = {name: read_json(folder / name / "package.json") for name in names}
+    packages = {name: read_json(folder / name / "package.json", data_root) for name in names}
     return {name: str(package.get("version", "")) for name, package in packages.items()}
 
 
@@ -259,15 +270,17 @@ def read_set(data_root: Path, name: str) -> IconSet:
     folder = packages_folder(data_root) / name
     if not (folder / "icons.json").is_file():
         raise missing_error(data_root, [name])
-    data = read_json(folder / "icons.json")
+    data = read_json(folder / "icons.json", data_root)
     icons, aliases = data.get("icons"), data.get("aliases", {})
     if not isinstance(icons, dict) or not isinstance(aliases, dict):
         raise ValueError(
             f"{folder / 'icons.json'} is not an Iconify icon set (no 'icons' object); reinstall "
-            f"the emoji sets with: {install_line(packages_folder(data_root).parents[1])}"
+            f"the emoji sets with: {install_line(emoji_folder(data_root))}"
         )
-    info = read_json(folder / "info.json") if (folder / "info.json").is_file() else {}
-    package = read_json(folder / "package.json") if (folder / "package.json").is_file() else {}
+    info, package = (
+        read_json(folder / name, data_root) if (folder / name).is_file() else {}
+        for name in ("info.json", "package.json")
+    )
     licence = info.get("license", {}) if isinstance(info.get("license"), dict) else {}
     author = info.get("author", {}) if isinstance(info.get("author"), dict) else {}
     return IconSet(
