@@ -198,7 +198,7 @@ def test_it_trains_through_the_command_line_and_records_its_weights(tmp_path):
     out = cli(
         "run", "--loss", "proxy-anchor", "--dataset", DATASET, "--backbone", "bninception",
         "--pretrained", path, "--freeze-bn", "--pooling", "avg+max", "--dims", "16",
-        "--epochs", "1", "--batch-size", "8", "--m-per-class", "2", "--resize", "64",
+        "--epochs", "1", "--batch-size", "8", "--m-per-class", "2",
         "--crop", "64", "--results", tmp_path / "results",
     )  # fmt: skip
     assert out.exit_code == 0, out.output

@@ -442,7 +442,7 @@ def test_a_validation_fraction_beside_a_published_validation_split_is_refused():
 
 
 def test_a_schedule_step_that_never_comes_is_refused_by_run_not_by_a_trial(tmp_path):
-    from bench.train.presets import check_steps_come
+    from bench.train.option_checks import check_steps_come
 
     out = cli("run", "--dataset", "digits", "--schedule", "step:5:0.1", "--epochs", "5",
               "--results", tmp_path)  # fmt: skip

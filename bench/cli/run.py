@@ -126,7 +126,7 @@ def planned_configs(
 ) -> list[RunConfig]:
     """A config per loss of `loss` (a name, a list or a set), embedding size and seed: the
     preset's settings, the options' on top; the data checked to be there where `here`."""
-    settings = settings_from(options)
+    settings = settings_from(options, dataset=dataset)
     try:
         check_named(loss, dataset, settings.get("data_root"), here)
         plan = planned_losses(loss)
@@ -175,7 +175,8 @@ def started_elsewhere(record: dict) -> str:
 
 def checked_configs(dataset: str, loss: str, dims, params: dict, **settings) -> list:
     """`make_configs`, with a one-line error for settings that do not go together."""
-    from bench.train.presets import check_steps_come, make_configs
+    from bench.train.option_checks import check_steps_come
+    from bench.train.presets import make_configs
 
     try:
         configs = make_configs(dataset, loss, dims, params, **settings)

@@ -14,6 +14,7 @@ from click.core import ParameterSource
 
 from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, FiniteFloat
 from bench.data.crop_area import parse_crop_scale
+from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone, is_timm
 from bench.runs.config import RunConfig, canonical_preset
@@ -155,7 +156,9 @@ def setting_options(*names: str) -> Callable:
     return add
 
 
-def settings_from(options: dict[str, Any], names: tuple[str, ...] = ()) -> dict[str, Any]:
+def settings_from(
+    options: dict[str, Any], names: tuple[str, ...] = (), dataset: str = ""
+) -> dict[str, Any]:
     """Take the run settings `names` (none named: all) out of a command's keyword arguments:
     {field: value, or None where not given}. A flag not given is None too (older click gives
     False), so that the preset decides, and False where given off (--no-freeze-bn); a timm
@@ -165,7 +168,8 @@ def settings_from(options: dict[str, Any], names: tuple[str, ...] = ()) -> dict[
         {
             name: None if value is False and not given(name) else value
             for name, value in settings.items()
-        }
+        },
+        dataset,
     )
 
 
@@ -177,19 +181,23 @@ def given(name: str) -> bool:
     return source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-def backbone_input(settings: dict[str, Any]) -> dict[str, Any]:
+def backbone_input(settings: dict[str, Any], dataset: str = "") -> dict[str, Any]:
     """The settings with a timm backbone's input size (from its pretrained configuration) as
-    --crop and --resize where they are not given, in place of the preset's; a one-line error
-    where timm is not installed or has no such model."""
+    --crop and --resize where they are not given, in place of the preset's (no --resize for a
+    `dataset` whose images are never resized: it would name the run and change nothing); a
+    one-line error where timm is not installed or has no such model."""
     backbone = settings.get("backbone")
     if not backbone or not is_timm(backbone) or "crop" not in settings:
         return settings
     from bench.models.timm_backbones import input_settings
 
     try:
-        return {**settings, **input_settings(backbone, settings.get("resize"), settings["crop"])}
+        sizes = input_settings(backbone, settings.get("resize"), settings["crop"])
     except ValueError as err:
         raise click.ClickException(str(err)) from None
+    if dataset and not resizes_images(dataset):
+        sizes["resize"] = settings.get("resize")
+    return {**settings, **sizes}
 
 
 LOG = setting_option("log")

@@ -63,7 +63,7 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
     from bench.cli.run import check_choices, checked_configs
 
     dispatch = dispatch_from(options)
-    settings = settings_from(options, SUITE_SETTINGS)
+    settings = settings_from(options, SUITE_SETTINGS, dataset)
     try:
         check_choices(loss_set, dataset, settings.get("data_root"), dispatch.executor != "slurm")
         if preset == "liu2019":

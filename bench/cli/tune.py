@@ -130,7 +130,7 @@ def tune(
         )
     try:
         check_dataset(dataset)  # a glyphs set's parameters
-        held = held_settings(settings_from(jobs, HELD), dataset, names)
+        held = held_settings(settings_from(jobs, HELD, dataset), dataset, names)
         for name in names:
             check_memory_taken(name, held.get("memory", 0))
         fixed = params_for_each(names, name_values(loss_param))

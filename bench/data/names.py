@@ -38,6 +38,12 @@ def is_built_in(name: str) -> bool:
     return name == "digits" or is_glyphs(name) or is_emoji(name)
 
 
+def resizes_images(dataset: str) -> bool:
+    """Whether the data set's images are resized and cropped (the built-in sets and feature
+    files are used as they are)."""
+    return not (is_built_in(dataset) or dataset.startswith(FEATURES_PREFIX))
+
+
 def dataset_names() -> list[str]:
     """Every data set `--dataset` takes, as the help and the errors show them."""
     return [

@@ -45,6 +45,12 @@ def is_timm(name: str) -> bool:
     return name.startswith(TIMM_PREFIX)
 
 
+def sized_by_crop(name: str) -> bool:
+    """Whether the backbone is built for the run's --crop, whatever its data (a timm model,
+    BN-Inception): a built-in set's images are taken to that size too."""
+    return is_timm(name) or name == "bninception"
+
+
 def check_backbone(name: str) -> None:
     """A one-line ValueError for a backbone that is neither one of BACKBONES nor `timm:NAME`
     (whose NAME timm checks where the model is built: `bench.models.timm_backbones`)."""

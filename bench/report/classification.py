@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from bench.protocols import CLASSIFIER, evaluating
-from bench.report.runs import column_or_nan, format_value, trained_runs, variant_labels
+from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
@@ -24,6 +24,7 @@ from bench.report.table_format import (
     reference_for,
     wide_markdown,
 )
+from bench.report.texts import format_value
 
 CLASSIFICATION = "classification"
 CLASSIFY_ROWS = {

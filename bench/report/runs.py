@@ -12,11 +12,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, identity_hash
+from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, identity_hash, resizes_images
 from bench.evaluation.clustering import NMI_LEFT_OUT
 from bench.evaluation.metrics import REQUIRED_KEYS, retrieval_keys
+from bench.models.choices import sized_by_crop
 from bench.protocols import DEFAULT_PROTOCOL, data_protocol, shown_protocol
 from bench.report.records import config_fault, metrics_fault
+from bench.report.texts import UNUSED, setting_text
 from bench.runs import store
 from bench.runs.config import (
     BASELINE_LOSS,
@@ -24,6 +26,7 @@ from bench.runs.config import (
     RunConfig,
     canonical_preset,
     untrained_label,
+    unused_settings,
     weights_label,
 )
 from bench.util.names import fitted_name, safe_name
@@ -50,7 +53,6 @@ SETTINGS = tuple(
 DEFAULTS = RunConfig()
 # A baseline's: what its inputs were made by, and pooled by (the untrained network's).
 INPUT_SETTINGS = ("resize", "crop", "crop_mode", "pooling")
-EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 
 def read_config(run_dir: Path) -> dict:
@@ -78,6 +80,9 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
     pretrained = metrics.get("pretrained", config.get("pretrained", DEFAULTS.pretrained))
     # Earlier runs did not record their weights' label: from the setting alone.
     weights = metrics.get("weights") or config.get("weights") or weights_label(str(pretrained))
+    settings = {k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS}
+    # what the run left unused reads as nothing: glyphs are never resized, whatever --resize says
+    settings.update(dict.fromkeys(unused_by(settings, metrics), UNUSED))
     return {
         **{
             k: _scalar(v)
@@ -85,7 +90,7 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
             if k not in ("loss_params", "untrained_network")
         },
         "warnings": "; ".join(map(str, warnings)) if isinstance(warnings, list) else str(warnings),
-        **{k: _scalar(metrics.get(k, config.get(k, getattr(DEFAULTS, k)))) for k in SETTINGS},
+        **settings,
         "weights": str(weights),
         # the study a tuned run's settings came from: config.json records it, metrics.json not
         "tuned": _scalar(metrics.get("tuned", config.get("tuned", DEFAULTS.tuned))) or "",
@@ -95,6 +100,12 @@ def run_record(run_dir: Path, metrics: dict) -> dict:
         "run": run_dir.name,
         "path": str(run_dir),
     }
+
+
+def unused_by(settings: dict, metrics: dict) -> tuple[str, ...]:
+    """The settings a run left unused, by its data set and backbone (`unused_settings`)."""
+    dataset, backbone = str(metrics.get("dataset", "")), str(settings.get("backbone"))
+    return unused_settings(resizes_images(dataset), sized_by_crop(backbone))
 
 
 def drawn_per_class(sampler: object, config: dict, metrics: dict) -> object:
@@ -229,53 +240,6 @@ def with_baselines(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([df, *copies], ignore_index=True)
 
 
-def format_value(value: object) -> str:
-    if isinstance(value, float):
-        return "-" if np.isnan(value) else f"{value:g}"
-    return str(value)
-
-
-def setting_text(column: str, value: object) -> str:
-    """How a run's setting reads after its method, e.g. 'GAP', 'frozen backbone', 'k=10'."""
-    texts = {
-        "embedding": lambda v: EMBEDDINGS.get(v, format_value(v)),
-        "freeze_backbone": lambda v: "frozen backbone" if v else "trained backbone",
-        "train_per_class": lambda v: f"{int(v)} per class" if v else "all per class",
-        "pretrained": lambda v: f"{v} weights",
-        "param_learn_weights": lambda v: "learned weights" if v else "fixed weights",
-        "val_split": lambda v: f"validated on held-out {v}",
-        "lr": lambda v: f"lr={format_value(v)}",
-        "batch_size": lambda v: f"batch {format_value(v)}",
-        "epochs": lambda v: f"{format_value(v)} epochs",
-        "data_fingerprint": lambda v: f"data {v[:8]}" if v else "built-in data",
-        "m_per_class": lambda v: (
-            "random batches" if pd.isna(v) else f"{format_value(v)} a class in a batch"
-        ),
-        "memory": lambda v: f"memory {format_value(v)}" if v else "no memory",
-        "momentum": lambda v: f"momentum {format_value(v)}",
-        "weight_decay": lambda v: f"weight decay {format_value(v)}",
-        "val_fraction": lambda v: f"validation fraction {format_value(v)}",
-        "clustering": lambda v: f"clustering {v}",
-        "resize": lambda v: f"resize {format_value(v)}",
-        "crop": lambda v: f"crop {format_value(v)}",
-        "pad": lambda v: f"pad {format_value(v)}",
-        "crop_mode": lambda v: f"{v} crops",
-        "freeze_bn": lambda v: "frozen BN" if v else "BN trained",
-        "pooling": lambda v: f"{v} pooling",
-        "warmup_epochs": lambda v: f"warm-up epochs {format_value(v)}" if v else "no warm-up",
-        "schedule": lambda v: "constant lr" if v == "none" else f"{v} lr schedule",
-        "embedding_lr": lambda v: f"embedding layer at {format_value(v)}x lr",
-        "crop_scale": lambda v: f"crop area {v or '0.08,1'}",
-        # The optimizer's name: its recorded description repeats momentum and weight decay.
-        "optimizer": lambda v: str(v).split(" (")[0],
-    }
-    if column in texts:
-        return texts[column](value)
-    if column.startswith("param_"):
-        return f"{column.removeprefix('param_')}={format_value(value)}"
-    return format_value(value)
-
-
 def _varying(df: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, pd.Index]]:
     """(column, rows to label): a setting that takes several values among the trained runs of
     one method labels them all (one that differs only from method to method, as a preset's
@@ -285,7 +249,9 @@ def _varying(df: pd.DataFrame, exclude: Sequence[str]) -> list[tuple[str, pd.Ind
     found = [(c, trained.index) for c in SETTINGS if c in df and read_apart(trained, c)]
     for column in sorted(c for c in df.columns if c.startswith("param_")):
         for _, runs in trained.groupby("loss", sort=True):
-            if (runs.groupby("dims")[column].nunique() > 1).any():
+            # a parameter left out (None) is a value too: a run with a regularizer and one
+            # without are two rows
+            if (runs.groupby("dims")[column].nunique(dropna=False) > 1).any():
                 found.append((column, runs.index))
     return [(c, rows) for c, rows in found if c not in exclude]
 
@@ -305,8 +271,14 @@ def setting_labels(df: pd.DataFrame, exclude: Sequence[str] = ()) -> pd.Series:
             texts = weights_texts(df.loc[rows])
         else:
             texts = df.loc[rows, column].map(lambda v, c=column: setting_text(c, v))
-        labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts
+        labels.loc[rows] = joined(labels.loc[rows], texts)
     return labels.astype(str)  # pandas 3.0 with pyarrow cannot add an object column to a str one
+
+
+def joined(labels: pd.Series, texts: pd.Series) -> pd.Series:
+    """Each label with its text after a comma; an empty text (an unused setting) adds none."""
+    both = (labels != "") & (texts != "")
+    return labels.where(~both, labels + ", ") + texts
 
 
 def tied_settings(df: pd.DataFrame) -> list[str]:
@@ -366,7 +338,7 @@ def baseline_input_labels(df: pd.DataFrame) -> pd.Series:
     for column in (c for c in INPUT_SETTINGS if c in base):
         texts = base[column].map(lambda v, c=column: setting_text(c, v))
         rows = texts.index[texts.groupby(base["method"]).transform("nunique") > 1]
-        labels.loc[rows] = labels.loc[rows].map(lambda t: f"{t}, " if t else "") + texts[rows]
+        labels.loc[rows] = joined(labels.loc[rows], texts[rows])
     return labels.astype(str)
 
 

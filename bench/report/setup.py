@@ -11,12 +11,11 @@ from bench.protocols import PROTOCOLS
 from bench.report.runs import (
     DEFAULTS,
     column_or_nan,
-    format_value,
     labelled_settings,
     read_config,
-    setting_text,
     trained_runs,
 )
+from bench.report.texts import UNUSED, format_value, setting_text
 
 # Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
 # its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
@@ -172,9 +171,12 @@ def recipe_texts(runs: pd.DataFrame, labelled: Set[str]) -> list[str]:
     for column in RECIPE:
         default = getattr(DEFAULTS, column)
         values = column_or_nan(runs, column, default)
-        if values.eq(default).all():
+        used = values.ne(UNUSED)  # a crop area on glyphs: no part of what the run did
+        if values[used].eq(default).all():
             continue
-        shown = runs.assign(**{column: values.map(lambda v, c=column: setting_text(c, v))})
+        shown = runs[used].assign(
+            **{column: values[used].map(lambda v, c=column: setting_text(c, v))}
+        )
         texts.append(field_text(shown, column, "method", column in labelled))
     return texts
 

@@ -11,8 +11,8 @@ from tabulate import tabulate
 from bench.evaluation.metrics import recall_k
 from bench.protocols import protocol_columns
 from bench.report.reference import reference_rows
-from bench.report.runs import format_value
 from bench.report.significance import t_halfwidth
+from bench.report.texts import format_value
 
 # Earlier versions' NMI, then the protocols' own metrics (classify: accuracy; linear: mprec@K;
 # pairs: seen and unseen verification), as each protocol declares them.

@@ -9,7 +9,7 @@ import pandas as pd
 from bench.evaluation.retrieval import recall_at_k
 from bench.report.reference import reference_rows
 from bench.report.run_files import saved_embeddings
-from bench.report.runs import EMBEDDINGS, column_or_nan, trained_runs, variant_labels
+from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.setup import setup_line
 from bench.report.table_format import (
     FLOAT,
@@ -22,6 +22,7 @@ from bench.report.table_format import (
     published_section,
     wide_markdown,
 )
+from bench.report.texts import EMBEDDINGS
 from bench.runs import store
 from bench.util.knn import knn
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +62,18 @@ RUN_ID_ROOM = NAME_MAX - len("..forced")
 DATA_IDENTITY = ("data_location", "data_fingerprint")
 
 
-def setting(default: Any, help: str, option: bool = True) -> Any:
-    """A field with its help text; `option=False`: no `run` option of its own."""
-    return field(default=default, metadata={"help": help, "option": option})
+# What a setting applies to (its `applies`), where not to every run: "images", the image pipeline
+# (images resized and cropped: data sets read from files); "crop", that pipeline or a backbone
+# built for the crop's size (a timm model, BN-Inception), which takes even a built-in set's images
+# at --crop. A run whose data and backbone have neither leaves the setting unused: refused when
+# given, at its default in a baseline's id, and in no row's label (`unused_settings`).
+APPLIES = ("images", "crop")
+
+
+def setting(default: Any, help: str, option: bool = True, applies: str = "") -> Any:
+    """A field with its help text; `option=False`: no `run` option of its own; `applies`: what
+    it applies to (`APPLIES`), "" for every run."""
+    return field(default=default, metadata={"help": help, "option": option, "applies": applies})
 
 
 PRESET_DEFAULT = " Default: the preset's."
@@ -176,19 +185,29 @@ class RunConfig:
         "images a second for a ResNet-50.",
     )
     resize: int = setting(
-        256, "Images' size (the shorter side; the longer at most 4x it) before crops."
+        256,
+        "Images' size (the shorter side; the longer at most 4x it) before crops.",
+        applies="images",
     )
-    crop: int = setting(224, "Random (train) / centre (eval) crop.")
-    pad: int = setting(0, "Pixels of zeros around an image before its random crop.")
+    crop: int = setting(
+        224,
+        "Random (train) / centre (eval) crop; a timm model's or BN-Inception's input size.",
+        applies="crop",
+    )
+    pad: int = setting(
+        0, "Pixels of zeros around an image before its random crop.", applies="images"
+    )
     crop_mode: str = setting(
         "squash",
         "squash (the papers'): images stretched to resize x resize, random crops; aspect: "
         "aspect ratio kept, random-resized crops. Default: squash.",
+        applies="images",
     )
     crop_scale: str = setting(
         "",
         "The random-resized crop's area, LOW,HIGH shares of the image (--crop-mode aspect), e.g. "
         "0.16,1 (Musgrave et al. 2020). Default: torchvision's 0.08,1.",
+        applies="images",
     )
     seed: int = setting(0, "The run's seed (run --seed).", option=False)
     preset: str = setting(
@@ -231,6 +250,22 @@ class RunConfig:
         protocol = f"{self.protocol}-" if shown_protocol(self.protocol) else ""
         tail = f"{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
         return fitted_name(safe_name(self.dataset), tail, RUN_ID_ROOM)
+
+
+def unused_settings(images: bool, sized_by_crop: bool) -> tuple[str, ...]:
+    """The settings a run leaves unused (`APPLIES`): those of the image pipeline where its data
+    is used as it is (`images` False), and the crop too where its backbone is not built for the
+    crop's size either."""
+    used = {"images": images, "crop": images or sized_by_crop}
+    applies = {f.name: f.metadata.get("applies", "") for f in fields(RunConfig)}
+    return tuple(name for name, what in applies.items() if not used.get(what, True))
+
+
+def without_unused(cfg: RunConfig, unused: tuple[str, ...]) -> RunConfig:
+    """`cfg` with its `unused` settings at their defaults: an identity that only what changes
+    the run names."""
+    defaults = RunConfig()
+    return replace(cfg, **{name: getattr(defaults, name) for name in unused})
 
 
 def provenance_path(weights: str | Path) -> Path:

@@ -24,10 +24,12 @@ from bench.runs.config import (
     current_weights_label,
     untrained_label,
     weights_record,
+    without_unused,
 )
 from bench.train.evaluations import evaluations_of, retrieval_scores
 from bench.train.loaders import input_size, item_size, load_data
 from bench.train.optimizers import optimizer_text
+from bench.train.option_checks import unused
 from bench.util.arrays import l2_normalised
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
@@ -70,8 +72,9 @@ def run_summary(cfg: RunConfig, **extra) -> dict:
 
 
 def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
-    """A baseline's identity: the run's data, split and input settings; no training."""
-    return RunConfig(
+    """A baseline's identity: the run's data, split and the input settings it uses (`unused`:
+    the raw glyphs of a timm run at --crop 32 are every glyphs run's); no training."""
+    base = RunConfig(
         dataset=cfg.dataset,
         protocol=cfg.protocol,
         loss=BASELINE_LOSS,
@@ -89,6 +92,7 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
         clustering=cfg.clustering,
         **settings,
     )
+    return without_unused(base, unused(base))
 
 
 def run_baseline(

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from bench.data.names import FEATURES_PREFIX, is_built_in, is_emoji, is_glyphs
+from bench.data.names import FEATURES_PREFIX, is_emoji, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 from bench.runs.config import RunConfig, canonical_preset
-from bench.train.choices import parse_schedule
+from bench.train.option_checks import check_crop, check_given
 from bench.train.preset_base import (
     LARGE_RETRIEVAL,
     SMALL_NETWORK_NNGK,
@@ -18,6 +18,7 @@ from bench.train.preset_base import (
     sigma_for_dims,
 )
 from bench.train.recipe_presets import BY_DATASET, INSHOP, SMALL_SETS
+from bench.util.progress import log
 from losses import get_loss_class, is_loss
 
 # A paper preset's learning rate (1e-5, Meyer et al. 2018) fine-tunes an ImageNet network; the same
@@ -103,7 +104,6 @@ CLASSIFY = replace(
     loss_params={"nngk": paper_nngk(100.0)},
 )
 CLASSIFY_VAL = {"cub": 0.2, "cars196": 0.3, "leafsnap": 2 / 7, "flowers102": 0.0}
-OWN_VALIDATION = ("flowers102",)  # classify validates on the published split: no fraction
 
 # The Tiny ImageNet pair-verification report: Tiny ImageNet at 64x64 without augmentation, the
 # report's reduced VGG-16, embedding length 96, batch 64, lr 1e-3; validation 50 of each seen
@@ -279,74 +279,34 @@ def batch_settings(loss: str) -> dict[str, Any]:
     return {"m_per_class": per_class} if cls.class_balanced and per_class else {}
 
 
-def uses_images(dataset: str) -> bool:
-    """Whether the data set's images are resized and cropped (the built-in sets and feature
-    files are used as they are)."""
-    return not (is_built_in(dataset) or dataset.startswith(FEATURES_PREFIX))
-
-
-def check_crop(cfg: RunConfig, given: dict[str, Any]) -> None:
-    """A one-line ValueError for a crop larger than the resized image it is cut from; each of
-    the two named as the option or the preset that set it."""
-    if cfg.crop <= cfg.resize or not uses_images(cfg.dataset):
-        return
-
-    def named(option: str) -> str:
-        source = f"--{option}" if option in given else f"the preset's {option}"
-        return f"{source} {getattr(cfg, option)}"
-
-    raise ValueError(
-        f"{named('crop')} exceeds {named('resize')}: a crop is cut from the image resized to "
-        f"--resize; give a --crop of at most {cfg.resize} or a --resize of at least {cfg.crop}"
-    )
-
-
-IMAGE_OPTIONS = ("resize", "crop", "pad", "crop_mode", "crop_scale")
-
-
-def check_given(cfg: RunConfig, given: dict[str, Any]) -> None:
-    """A one-line ValueError for an option given that would change the run's id but not what it
-    trains: image options on data used as it is, momentum for Adam, --val-fraction beside a
-    class fold."""
-    unused = [name for name in IMAGE_OPTIONS if name in given]
-    if cfg.backbone.startswith("timm:") or cfg.backbone == "bninception":
-        unused = []  # their sizes come from the model (its crop the size it is built for)
-    if unused and not uses_images(cfg.dataset):
-        raise ValueError(
-            f"--{unused[0].replace('_', '-')}: {cfg.dataset}'s inputs are used as they are, never "
-            "resized or cropped; leave the image options out"
-        )
-    if "momentum" in given and cfg.optimizer not in ("sgd", "rmsprop"):
-        raise ValueError(
-            f"--momentum applies to sgd and rmsprop, not {cfg.optimizer}; leave it out"
-        )
-    published = get_protocol(cfg.protocol).published_validation
-    if "val_fraction" in given and published and cfg.dataset in OWN_VALIDATION:
-        raise ValueError(
-            f"--val-fraction: {cfg.dataset} has its own validation split, which the "
-            f"{cfg.protocol} protocol validates on whatever the fraction; leave it out"
-        )
-    if "val_fraction" in given and cfg.val_split.startswith("classes:"):
-        raise ValueError(
-            f"--val-fraction: --val-split {cfg.val_split} holds out a fold of the classes, "
-            "whatever the fraction; leave one of them out"
-        )
-
-
-def check_steps_come(cfg: RunConfig) -> None:
-    """A one-line ValueError for a step schedule whose last step never comes in the run's
-    epochs (`run` and `suite`, where it was given; a tuning trial, shorter than the run its
-    settings are for, may end before a step)."""
-    if cfg.schedule.startswith("step:"):
-        last = max(parse_schedule(cfg.schedule)[1])
-        if last >= cfg.epochs:
-            raise ValueError(
-                f"--schedule {cfg.schedule}: a step after epoch {last} never comes in a run of "
-                f"{cfg.epochs} epochs; give steps before the last epoch, or more --epochs"
-            )
-
-
 def make_configs(
+    dataset: str,
+    loss: str,
+    dims: tuple[int, ...] | None,
+    loss_params: dict[str, Any],
+    protocol: str = DEFAULT_PROTOCOL,
+    preset: str = "",
+    **overrides: Any,
+) -> list[RunConfig]:
+    """One config per embedding size: preset values, then the user's overrides on top
+    (`preset_configs`); a named preset that sets nothing else than its sizes for this data set
+    and these options is said and left out of the configs, so that it names no table of its
+    own (its runs are the data set's own: presets are not in the run id)."""
+    configs = preset_configs(dataset, loss, dims, loss_params, protocol, preset, **overrides)
+    if not preset:
+        return configs
+    sizes = tuple(c.dims for c in configs)
+    plain = preset_configs(dataset, loss, sizes, loss_params, protocol, "", **overrides)
+    if [replace(c, preset="") for c in configs] != plain:
+        return configs
+    log.warning(
+        f"--preset {preset} sets nothing on {dataset} that its own preset does not, at these "
+        f"sizes and options: the runs are {dataset}'s own, in its table"
+    )
+    return plain
+
+
+def preset_configs(
     dataset: str,
     loss: str,
     dims: tuple[int, ...] | None,

@@ -136,7 +136,7 @@ VIT_INSHOP = replace(VIT, config={**VIT.config, **VIT_LARGE, "epochs": 139})
 # ImageNet weights. proxy-anchor: 512-d over global average + max pooling; not frozen batch norm
 # (a random init's statistics), the warm-up (which keeps the new layers' first gradients from an
 # ImageNet network), AdamW at 1e-4 or the cuts, which are fine-tuning's. vit: 384-d; a ViT on
-# glyphs is --backbone timm:vit_tiny_patch16_224 --pretrained none --crop 32 --resize 32
+# glyphs is --backbone timm:vit_tiny_patch16_224 --pretrained none --crop 32
 # (docs/protocols.md), at the glyphs preset's SGD unless --optimizer adamw is given.
 SMALL_SETS: dict[str, tuple[tuple[int, ...], dict[str, Any]]] = {
     "proxy-anchor": ((512,), {"pooling": "avg+max"}),
