@@ -12,17 +12,14 @@ from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wai
 from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG, setting_options, settings_from
+from bench.runs.config import declared
 from bench.tune.choices import PRUNER_DEFAULT, PRUNER_NAMES
 from bench.util.errors import first_line
 
-# Run settings tune takes as given, for every trial and retrained run (not searched); the
-# weights to start from (`--pretrained PATH`: the pretrained regime of issue 25); the recipe
-# options (issue 45).
-HELD = (
-    *("optimizer", "memory", "pretrained", "batch_size", "m_per_class", "precision"),
-    *("backbone", "resize", "crop"),  # a folder's preset offline: the --dataset help's advice
-    *("freeze_bn", "pooling", "warmup_epochs", "schedule", "embedding_lr", "crop_scale"),
-)
+# Run settings tune takes as given, for every trial and retrained run (not searched), as RunConfig
+# declares them (`held`): the weights to start from (`--pretrained PATH`: the pretrained regime
+# of issue 25), the backbone and its input (a folder's preset offline), the recipe options.
+HELD = declared("held")
 
 
 @click.command()

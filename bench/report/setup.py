@@ -16,6 +16,7 @@ from bench.report.runs import (
     trained_runs,
 )
 from bench.report.texts import UNUSED, format_value, setting_text
+from bench.runs.config import declared
 
 # Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
 # its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
@@ -32,7 +33,7 @@ SETUP = {
 }
 # The recipe options (issue 45), stated only where some run set one, so that the setup of runs
 # at their defaults reads as before.
-RECIPE = ("freeze_bn", "pooling", "warmup_epochs", "schedule", "crop_scale")
+RECIPE = declared("recipe")
 
 
 def field_text(runs: pd.DataFrame, column: str, by: str | None, labelled: bool = False) -> str:

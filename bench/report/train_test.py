@@ -22,8 +22,8 @@ from bench.report.table_format import (
     published_section,
     wide_markdown,
 )
-from bench.report.texts import EMBEDDINGS
 from bench.runs import store
+from bench.runs.config import EMBEDDINGS
 from bench.util.knn import knn
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -35,26 +37,6 @@ def canonical_preset(name: str) -> str:
     return PRESET_ALIASES.get(name, name)
 
 
-# Options added after runs were made: hashed only where they differ from these defaults, so that
-# adding one keeps the names (and so the skip and resume) of every earlier run.
-HASHED_IF_SET = {
-    "val_split": "images",
-    "data_location": "",
-    "data_fingerprint": "",
-    "tuned": "",
-    "crop_mode": "squash",
-    "optimizer": "sgd",
-    "memory": 0,
-    "clustering": "full",
-    "precision": "fp32",
-    # The field's recipes (issue 45).
-    "freeze_bn": False,
-    "pooling": "avg",
-    "warmup_epochs": 0,
-    "schedule": "none",
-    "embedding_lr": 1.0,
-    "crop_scale": "",
-}
 # The longest run id: a folder name, with room for the store's ".{id}.forced" beside it. A
 # longer one could never be made (no run was ever named so); it is cut and hashed instead.
 RUN_ID_ROOM = NAME_MAX - len("..forced")
@@ -68,12 +50,44 @@ DATA_IDENTITY = ("data_location", "data_fingerprint")
 # at --crop. A run whose data and backbone have neither leaves the setting unused: refused when
 # given, at its default in a baseline's id, and in no row's label (`unused_settings`).
 APPLIES = ("images", "crop")
+EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 
-def setting(default: Any, help: str, option: bool = True, applies: str = "") -> Any:
-    """A field with its help text; `option=False`: no `run` option of its own; `applies`: what
-    it applies to (`APPLIES`), "" for every run."""
-    return field(default=default, metadata={"help": help, "option": option, "applies": applies})
+def value_text(value: object) -> str:
+    """A value as a label shows it: floats shortest ('0.001', '-' for NaN), the rest as str."""
+    if isinstance(value, float):
+        return "-" if math.isnan(value) else f"{value:g}"
+    return str(value)
+
+
+def per_class_label(value: Any) -> str:
+    """'4 a class in a batch'; NaN for random batches (where --m-per-class played no part)."""
+    return "random batches" if value != value else f"{value_text(value)} a class in a batch"
+
+
+def setting(
+    default: Any,
+    help: str,
+    option: bool = True,
+    applies: str = "",
+    if_set: bool = False,
+    held: bool = False,
+    recipe: bool = False,
+    label: str | Callable[[Any], str] | None = None,
+) -> Any:
+    """A run setting, declared whole: its default and help; `option=False`: no `run` option
+    of its own; `applies`: what it applies to (`APPLIES`), "" for every run; `if_set`: added
+    after runs were made, so hashed into a run's id only where it differs from its default
+    (every earlier run keeps its name, and so its skip and resume); `held`: `tune` takes it as
+    given for every trial and retrained run, never searched; `recipe`: one of the field's
+    training recipes (issue 45), stated in a report's setup line where some run set it;
+    `label`: how it reads in a row's label where it tells runs apart, a format of the value's
+    text ('lr={}') or a function of the value (else the value's text)."""
+    what = dict(help=help, option=option, applies=applies, if_set=if_set, held=held)
+    metadata = {**what, "recipe": recipe, "label": label}
+    if default is dict:  # a mutable default: each config its own
+        return field(default_factory=dict, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 PRESET_DEFAULT = " Default: the preset's."
@@ -93,76 +107,115 @@ class RunConfig:
         "other sets'.",
     )
     loss: str = setting("nngk", "The loss's name (`nngk-bench losses`).", option=False)
-    loss_params: dict[str, Any] = field(
-        default_factory=dict,
-        metadata={"help": "Parameters given to the loss (--loss-param).", "option": False},
+    loss_params: dict[str, Any] = setting(
+        dict, "Parameters given to the loss (--loss-param).", option=False
     )
     dims: int = setting(64, "The embedding's size (run --dims).", option=False)
-    backbone: str = setting("small_cnn", "The network under the embedding." + PRESET_DEFAULT)
+    backbone: str = setting(
+        "small_cnn", "The network under the embedding." + PRESET_DEFAULT, held=True
+    )
     pretrained: str = setting(
         "none",
         "imagenet, none, or a state-dict PATH (`nngk-bench pretrain` writes one); a timm "
         "backbone's: hub (timm fetches them; imagenet means the same), or a safetensors or "
         "state-dict PATH." + PRESET_DEFAULT,
+        held=True,
+        label=lambda v: f"{v} weights",
     )
     embedding: str = setting(
-        "fc", "fc: a linear layer after the backbone; gap: its global average pooling."
+        "fc",
+        "fc: a linear layer after the backbone; gap: its global average pooling.",
+        label=lambda v: EMBEDDINGS.get(v, value_text(v)),
     )
     pooling: str = setting(
         "avg",
         "The backbone's pooling of its last feature map before the embedding: avg, max, or "
         "avg+max (their sum: Kim et al. 2020's GAP + GMP); over the whole map (small_cnn: over "
         "each cell of its 4x4 grid, the whole map with --embedding gap). Default: avg.",
+        if_set=True,
+        held=True,
+        recipe=True,
+        label="{} pooling",
     )
-    epochs: int = setting(20, "Training epochs." + PRESET_DEFAULT)
+    epochs: int = setting(20, "Training epochs." + PRESET_DEFAULT, label="{} epochs")
     warmup_epochs: int = setting(
         0,
         "The first N epochs train only the embedding layer and the loss's own parameters, the "
         "backbone's weights unchanged (Kim et al. 2020's Proxy-Anchor code); 0: none.",
+        if_set=True,
+        held=True,
+        recipe=True,
+        label=lambda v: f"warm-up epochs {v}" if v else "no warm-up",
     )
-    batch_size: int = setting(64, "Examples per training step." + PRESET_DEFAULT)
+    batch_size: int = setting(
+        64, "Examples per training step." + PRESET_DEFAULT, held=True, label="batch {}"
+    )
     m_per_class: int = setting(
         16,
         "Examples of each class in a class-balanced batch (default: what the loss declares, "
         "else the preset's).",
+        held=True,
+        label=per_class_label,
     )
     memory: int = setting(
         0,
         "Cross-batch memory (Wang et al. 2020): the last N training embeddings join each "
         "batch's pairs and triplets; pair and triplet losses only (`nngk-bench losses`). "
         "At least --batch-size.",
+        if_set=True,
+        held=True,
+        label=lambda v: f"memory {value_text(v)}" if v else "no memory",
     )
     optimizer: str = setting(
         "sgd",
         "sgd (with momentum, as the source papers), adam, adamw (the proxy losses' papers) or "
         "rmsprop (Musgrave et al. 2020).",
+        if_set=True,
+        held=True,
+        label=lambda v: str(v).split(" (")[0],
     )
-    lr: float = setting(0.01, "The network's learning rate." + PRESET_DEFAULT)
+    lr: float = setting(0.01, "The network's learning rate." + PRESET_DEFAULT, label="lr={}")
     embedding_lr: float = setting(
         1.0,
         "The embedding layer's learning rate as a multiple of --lr, in an optimizer group of "
         "its own (Brown et al. 2020's Smooth-AP code: 2). Default: 1.",
+        if_set=True,
+        held=True,
+        label="embedding layer at {}x lr",
     )
     schedule: str = setting(
         "none",
         "The learning rate over the epochs, set once an epoch: none; cosine (annealed to 0 over "
         "the run's epochs); step:E1,E2,...:F (multiplied by F after each epoch listed, e.g. "
         "step:20,40:0.25). Default: none.",
+        if_set=True,
+        held=True,
+        recipe=True,
+        label=lambda v: "constant lr" if v == "none" else f"{v} lr schedule",
     )
-    momentum: float = setting(0.9, "Momentum of sgd and rmsprop.")
-    weight_decay: float = setting(5e-4, "Weight decay (adamw: decoupled)." + PRESET_DEFAULT)
+    momentum: float = setting(0.9, "Momentum of sgd and rmsprop.", label="momentum {}")
+    weight_decay: float = setting(
+        5e-4, "Weight decay (adamw: decoupled)." + PRESET_DEFAULT, label="weight decay {}"
+    )
     val_fraction: float = setting(
         0.2,
         "Share of the training images (or classes, --val-split classes) held out to choose "
         "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
+        label="validation fraction {}",
     )
     val_split: str = setting(
         "images",
         "Validation: a share of the training images (default), or whole training classes "
         "never trained on (metric protocol); classes:F/K: the F-th of K class folds, as `tune "
         "--folds K` holds them out.",
+        if_set=True,
+        label="validated on held-out {}",
     )
-    train_per_class: int = setting(0, "At most N training images per class (Fig. 3).")
+    train_per_class: int = setting(
+        0,
+        "At most N training images per class (Fig. 3).",
+        label=lambda v: f"{int(v)} per class" if v else "all per class",
+    )
     clustering: str = setting(
         "full",
         "The test's NMI: full: PML's (one k-means, 20 iterations) and the best of 5 restarts "
@@ -170,44 +223,69 @@ class RunConfig:
         "left out and said (metrics.json: nmi_left_out); pml: PML's alone at any size (a "
         "seventh of the k-means time); none: no k-means, R@K and MAP@R only, as Musgrave et "
         "al. 2020 report (a cluster per class costs hours at tens of thousands of classes).",
+        if_set=True,
+        label="clustering {}",
     )
-    freeze_backbone: bool = setting(False, "Train only what follows the backbone.")
+    freeze_backbone: bool = setting(
+        False,
+        "Train only what follows the backbone.",
+        label=lambda v: "frozen backbone" if v else "trained backbone",
+    )
     freeze_bn: bool = setting(
         False,
         "The backbone's batch-norm layers keep their running statistics (eval mode while "
         "training) and their scale and shift untrained (Kim et al. 2020's Proxy-Anchor code; "
         "Musgrave et al. 2020). --no-freeze-bn: trained, where a preset freezes them.",
+        if_set=True,
+        held=True,
+        recipe=True,
+        label=lambda v: "frozen BN" if v else "BN trained",
     )
     precision: str = setting(
         "fp32",
         "fp32 (the papers'); bf16 or fp16: the network under autocast (channels-last where it "
         "convolves, fp16 with a gradient scaler), the loss in fp32; on a GPU about twice the "
         "images a second for a ResNet-50.",
+        if_set=True,
+        held=True,
     )
     resize: int = setting(
         256,
         "Images' size (the shorter side; the longer at most 4x it) before crops.",
         applies="images",
+        held=True,
+        label="resize {}",
     )
     crop: int = setting(
         224,
         "Random (train) / centre (eval) crop; a timm model's or BN-Inception's input size.",
         applies="crop",
+        held=True,
+        label="crop {}",
     )
     pad: int = setting(
-        0, "Pixels of zeros around an image before its random crop.", applies="images"
+        0,
+        "Pixels of zeros around an image before its random crop.",
+        applies="images",
+        label="pad {}",
     )
     crop_mode: str = setting(
         "squash",
         "squash (the papers'): images stretched to resize x resize, random crops; aspect: "
         "aspect ratio kept, random-resized crops. Default: squash.",
         applies="images",
+        if_set=True,
+        label="{} crops",
     )
     crop_scale: str = setting(
         "",
         "The random-resized crop's area, LOW,HIGH shares of the image (--crop-mode aspect), e.g. "
         "0.16,1 (Musgrave et al. 2020). Default: torchvision's 0.08,1.",
         applies="images",
+        if_set=True,
+        held=True,
+        recipe=True,
+        label=lambda v: f"crop area {v or '0.08,1'}",
     )
     seed: int = setting(0, "The run's seed (run --seed).", option=False)
     preset: str = setting(
@@ -219,9 +297,19 @@ class RunConfig:
         "paper's embedding size (docs/protocols.md).",
     )
     data_root: str = setting("", "Folder holding the data sets (default: $NNGK_DATA, else ~/data).")
-    data_location: str = setting("", "The data's resolved folder or file.", option=False)
-    data_fingerprint: str = setting("", "A digest of the data's files.", option=False)
-    tuned: str = setting("", "The Optuna study whose best parameters these are.", option=False)
+    data_location: str = setting(
+        "", "The data's resolved folder or file.", option=False, if_set=True
+    )
+    data_fingerprint: str = setting(
+        "",
+        "A digest of the data's files.",
+        option=False,
+        if_set=True,
+        label=lambda v: f"data {v[:8]}" if v else "built-in data",
+    )
+    tuned: str = setting(
+        "", "The Optuna study whose best parameters these are.", option=False, if_set=True
+    )
     workers: int = setting(0, "DataLoader workers.")
     log: str = setting(
         "none",
@@ -250,6 +338,27 @@ class RunConfig:
         protocol = f"{self.protocol}-" if shown_protocol(self.protocol) else ""
         tail = f"{protocol}{name}-d{self.dims}-s{self.seed}-{digest[:8]}"
         return fitted_name(safe_name(self.dataset), tail, RUN_ID_ROOM)
+
+
+def declared(flag: str) -> tuple[str, ...]:
+    """The settings declared with `flag` (if_set, held, recipe), in RunConfig's order."""
+    return tuple(f.name for f in fields(RunConfig) if f.metadata.get(flag))
+
+
+# The settings hashed only where set (`setting`'s if_set), with the default they are unset at.
+HASHED_IF_SET = {name: getattr(RunConfig(), name) for name in declared("if_set")}
+
+
+def setting_label(name: str, value: Any) -> str | None:
+    """How a setting's value reads in a row's label ('lr=0.001', 'frozen BN'); None for a name
+    that is no setting."""
+    known = {f.name: f for f in fields(RunConfig)}
+    if name not in known:
+        return None
+    label = known[name].metadata.get("label")
+    if callable(label):
+        return label(value)
+    return (label or "{}").format(value_text(value))
 
 
 def unused_settings(images: bool, sized_by_crop: bool) -> tuple[str, ...]:
