@@ -13,7 +13,7 @@ import torch
 
 from bench.models.embedding import build_model
 from bench.report.write import write_report
-from bench.runs.config import provenance_label, read_provenance, weights_label
+from bench.runs.weights import provenance_label, read_provenance, weights_label
 from bench.train.presets import sigma_for_dims
 from bench.util.names import safe_name
 from tests.conftest import cli

@@ -26,7 +26,7 @@ from bench.data.crops import IMAGENET_MEAN, IMAGENET_STD, pad_batch  # noqa: E40
 from bench.models.backbones import build_backbone  # noqa: E402
 from bench.models.embedding import build_model  # noqa: E402
 from bench.models.timm_backbones import timm_input  # noqa: E402
-from bench.runs.config import weights_record  # noqa: E402
+from bench.runs.weights import weights_record  # noqa: E402
 from bench.train.loaders import load_data  # noqa: E402
 from bench.train.presets import make_configs  # noqa: E402
 from bench.train.recipes import Recipe  # noqa: E402

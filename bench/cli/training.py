@@ -17,7 +17,7 @@ import click
 
 from bench.cli import first_process
 from bench.runs import store
-from bench.runs.config import changed_weights
+from bench.runs.weights import changed_weights
 from bench.util.errors import first_line
 from bench.util.progress import log
 

@@ -25,10 +25,9 @@ from bench.runs.config import (
     NOT_HASHED,
     RunConfig,
     canonical_preset,
-    untrained_label,
     unused_settings,
-    weights_label,
 )
+from bench.runs.weights import untrained_label, weights_label
 from bench.util.names import fitted_name, safe_name
 from losses import loss_family
 

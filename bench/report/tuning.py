@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from bench.report.table_format import Files, github_table
-from bench.runs.config import current_weights_label
+from bench.runs.weights import current_weights_label
 
 TUNING = "tuning"
 

@@ -17,14 +17,12 @@ from bench.models.embed import embed
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store
-from bench.runs.config import (
-    BASELINE_LOSS,
-    RunConfig,
+from bench.runs.config import BASELINE_LOSS, RunConfig, without_unused
+from bench.runs.weights import (
     changed_weights,
     current_weights_label,
     untrained_label,
     weights_record,
-    without_unused,
 )
 from bench.train.evaluations import evaluations_of, retrieval_scores
 from bench.train.loaders import input_size, item_size, load_data

@@ -15,7 +15,8 @@ from bench.data.sources.folder import check_outside_data
 from bench.models.backbones import check_backbone_weights
 from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
-from bench.runs.config import NAMED_WEIGHTS, RunConfig, read_provenance
+from bench.runs.config import RunConfig
+from bench.runs.weights import NAMED_WEIGHTS, read_provenance
 from bench.train.distributed import Ranks, check_divisible
 from bench.train.loaders import load_data, per_class
 from bench.train.recipes import check_recipe

@@ -25,7 +25,7 @@ from bench.data.names import PRETRAIN_SOURCE as SOURCE
 from bench.data.names import is_glyphs
 from bench.models.choices import PRETRAIN_BACKBONES
 from bench.models.embedding import EmbeddingNet, build_model
-from bench.runs.config import provenance_label, provenance_path
+from bench.runs.weights import provenance_label, provenance_path
 from bench.util.atomic import atomic_torch_save, atomic_write_json
 from bench.util.progress import log
 from bench.util.runtime import default_device, seed_everything

@@ -19,8 +19,8 @@ from bench.evaluation.retrieval import distance_fault
 from bench.models.embed import embed, embedding_loader
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
-from bench.runs import store
-from bench.runs.config import RunConfig, current_weights_label
+from bench.runs import store, weights
+from bench.runs.config import RunConfig
 from bench.train.baseline import run_summary
 from bench.train.checkpoint import checkpoint_bytes, fresh_progress, load_checkpoint
 from bench.train.distributed import (
@@ -86,7 +86,7 @@ class Trainer:
         self.protocol = get_protocol(cfg.protocol)  # what validation and test add, the score
         self.evaluations = evaluations_of(self.protocol.evaluations)
         check_run(cfg, self.data, self.ranks.world)
-        self.weights = current_weights_label(cfg.pretrained)  # recorded: `weights`
+        self.weights = weights.current_weights_label(cfg.pretrained)  # recorded: `weights`
         counts = f"{len(self.data.train)}/{len(self.data.val)}/{len(self.data.test)}"
         log.info(
             f"{self.name}: {counts} training/validation/test items; building "
