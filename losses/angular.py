@@ -1,12 +1,11 @@
-import torch.nn.functional as F
 from pytorch_metric_learning.losses import AngularLoss as PMLAngularLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("angular")
-class AngularLoss(PMLLoss):
+class AngularLoss(AdaptedLoss):
     """Wang et al. 2017's angular loss: for each positive pair (a, p), log(1 + sum over the
     negatives n of exp(4 tan^2(alpha) (x_a + x_p).x_n - 2 (1 + tan^2(alpha)) x_a.x_p)) on
     L2-normalised embeddings; the mean over the batch's positive pairs (PML's AngularLoss, alpha
@@ -18,14 +17,6 @@ class AngularLoss(PMLLoss):
     sources = {"alpha": "PML's default (40 degrees)"}
     search_space = {"alpha": ("float", 30.0, 55.0)}
 
-    class_balanced = True
     memory_ok = False  # the negatives would be the memory's, not normalised here
-    normalize_embeddings = True
     family = "ranking"
     pml_class = PMLAngularLoss
-
-    def __init__(self, alpha: float = 40.0):
-        super().__init__(PMLAngularLoss(alpha=alpha))
-
-    def forward(self, embeddings, labels, indices=None):
-        return super().forward(F.normalize(embeddings, dim=1), labels, indices)

@@ -1,6 +1,6 @@
 from pytorch_metric_learning.losses import ArcFaceLoss as PMLArcFaceLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 ARCFACE_SOURCES = {
@@ -11,7 +11,7 @@ ARCFACE_SPACE = {"margin": ("float", 5.0, 45.0), "scale": ("log", 8.0, 128.0)}
 
 
 @register_loss("arcface")
-class ArcFaceLoss(PMLLoss):
+class ArcFaceLoss(AdaptedLoss):
     """Deng et al. 2019 (ArcFace): cross-entropy over scale x cos(angle to learned class weights),
     the true class's angle plus a margin (PML's ArcFaceLoss).
 
@@ -20,9 +20,5 @@ class ArcFaceLoss(PMLLoss):
     sources = ARCFACE_SOURCES
     search_space = ARCFACE_SPACE
 
-    normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and weights
     family = "classification"
     pml_class = PMLArcFaceLoss
-
-    def __init__(self, num_classes: int, dims: int, margin: float = 28.6, scale: float = 64.0):
-        super().__init__(PMLArcFaceLoss(num_classes, dims, margin=margin, scale=scale))

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import CircleLoss as PMLCircleLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("circle")
-class CircleLoss(PMLLoss):
+class CircleLoss(AdaptedLoss):
     """Sun et al. 2020: circle loss over every pair of the batch, each similarity weighted by
     its distance from its optimum (PML's CircleLoss on cosine similarities)."""
 
@@ -21,11 +21,6 @@ class CircleLoss(PMLLoss):
     }
     search_space = {"m": ("float", 0.1, 0.5), "gamma": ("log", 16.0, 256.0)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "pair weighting"
     pml_class = PMLCircleLoss
-
-    def __init__(self, m: float = 0.4, gamma: float = 80.0):
-        super().__init__(PMLCircleLoss(m=m, gamma=gamma))

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import ContrastiveLoss as PMLContrastiveLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("contrastive")
-class ContrastiveLoss(PMLLoss):
+class ContrastiveLoss(AdaptedLoss):
     """Hadsell et al. 2006 on L2-normalised embeddings (PML's ContrastiveLoss, all batch pairs)."""
 
     sources = {
@@ -16,10 +16,6 @@ class ContrastiveLoss(PMLLoss):
     }
     search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.2, 1.5)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True
     pml_class = PMLContrastiveLoss
-
-    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 0.5):
-        super().__init__(PMLContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin))
+    defaults = {"neg_margin": 0.5}

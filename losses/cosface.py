@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import CosFaceLoss as PMLCosFaceLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("cosface")
-class CosFaceLoss(PMLLoss):
+class CosFaceLoss(AdaptedLoss):
     """Wang et al. 2018 (CosFace): cross-entropy over scale x cosine similarities to learned
     class weights, the true class's less a margin (PML's CosFaceLoss)."""
 
@@ -15,9 +15,5 @@ class CosFaceLoss(PMLLoss):
     }
     search_space = {"margin": ("float", 0.05, 0.5), "scale": ("log", 8.0, 128.0)}
 
-    normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and weights
     family = "classification"
     pml_class = PMLCosFaceLoss
-
-    def __init__(self, num_classes: int, dims: int, margin: float = 0.35, scale: float = 64.0):
-        super().__init__(PMLCosFaceLoss(num_classes, dims, margin=margin, scale=scale))

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import FastAPLoss as PMLFastAPLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("fastap")
-class FastAPLoss(PMLLoss):
+class FastAPLoss(AdaptedLoss):
     """Cakir et al. 2019: 1 - average precision of each anchor's ranking of the batch, from
     soft histograms of squared distances (PML's FastAPLoss).
 
@@ -15,10 +15,5 @@ class FastAPLoss(PMLLoss):
     sources = {"num_bins": "PML's default (10)"}
     search_space = {"num_bins": ("int", 5, 40)}
 
-    class_balanced = True
-    normalize_embeddings = True
     family = "ranking"
     pml_class = PMLFastAPLoss
-
-    def __init__(self, num_bins: int = 10):
-        super().__init__(PMLFastAPLoss(num_bins=num_bins))

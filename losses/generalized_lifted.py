@@ -2,12 +2,12 @@ from pytorch_metric_learning.losses import (
     GeneralizedLiftedStructureLoss as PMLGeneralizedLiftedStructureLoss,
 )
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("generalized-lifted")
-class GeneralizedLiftedStructureLoss(PMLLoss):
+class GeneralizedLiftedStructureLoss(AdaptedLoss):
     """Hermans et al. 2017's generalised lifted structure loss: for each anchor, the hinge
     (at 0) of log(sum over its positives of exp(d_ap - pos_margin)) + log(sum over its
     negatives of exp(neg_margin - d_an)), on Euclidean distances of L2-normalised embeddings;
@@ -19,13 +19,6 @@ class GeneralizedLiftedStructureLoss(PMLLoss):
     }
     search_space = {"neg_margin": ("float", 0.2, 1.5)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's LpDistance normalises them
     family = "pair weighting"
     pml_class = PMLGeneralizedLiftedStructureLoss
-
-    def __init__(self, neg_margin: float = 1.0, pos_margin: float = 0.0):
-        super().__init__(
-            PMLGeneralizedLiftedStructureLoss(neg_margin=neg_margin, pos_margin=pos_margin)
-        )

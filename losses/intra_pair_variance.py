@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import IntraPairVarianceLoss as PMLIntraPairVarianceLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("intra-pair-variance")
-class IntraPairVarianceLoss(PMLLoss):
+class IntraPairVarianceLoss(AdaptedLoss):
     """Yu and Tao 2019's intra-pair variance loss: the squared shortfall of each positive pair's
     cosine similarity below (1 - pos_eps) times the positives' mean, and of each negative's
     excess over (1 + neg_eps) times the negatives' mean; each averaged over its pairs, the two
@@ -18,11 +18,6 @@ class IntraPairVarianceLoss(PMLLoss):
     }
     search_space = {"pos_eps": ("log", 0.001, 0.1), "neg_eps": ("log", 0.001, 0.1)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity
     family = "pair weighting"
     pml_class = PMLIntraPairVarianceLoss
-
-    def __init__(self, pos_eps: float = 0.01, neg_eps: float = 0.01):
-        super().__init__(PMLIntraPairVarianceLoss(pos_eps=pos_eps, neg_eps=neg_eps))

@@ -1,6 +1,6 @@
 from pytorch_metric_learning.losses import LargeMarginSoftmaxLoss as PMLLargeMarginSoftmaxLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 # The margin m is a whole multiple of the angle (its domain is PML's class's, losses/domains.py);
@@ -10,7 +10,7 @@ SCALE_SPACE = ("log", 0.25, 16.0)
 
 
 @register_loss("large-margin-softmax")
-class LargeMarginSoftmaxLoss(PMLLoss):
+class LargeMarginSoftmaxLoss(AdaptedLoss):
     """Liu et al. 2016 (L-Softmax): cross-entropy over |W_j| |x| cos(theta_j) to learned class
     weights W_j, the true class's cos(theta) replaced by psi(theta) = (-1)^k cos(m theta) - 2k
     for theta in [k pi/m, (k+1) pi/m], which asks for an m times smaller angle to the true class
@@ -28,10 +28,5 @@ class LargeMarginSoftmaxLoss(PMLLoss):
     }
     search_space = {"margin": MARGIN_SPACE, "scale": SCALE_SPACE}
 
-    # The logits carry |W_j| |x|: the loss does not work on the unit sphere.
-    normalize_embeddings = False
     family = "classification"
     pml_class = PMLLargeMarginSoftmaxLoss
-
-    def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
-        super().__init__(PMLLargeMarginSoftmaxLoss(num_classes, dims, margin=margin, scale=scale))

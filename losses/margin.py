@@ -1,7 +1,6 @@
 from pytorch_metric_learning.losses import MarginLoss as PMLMarginLoss
-from pytorch_metric_learning.miners import DistanceWeightedMiner
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 # Wu et al. 2017's released example (Apache MXNet's gluon embedding_learning example) uses the
@@ -19,7 +18,7 @@ MARGIN_SPACE = {"margin": ("float", 0.01, 0.5), "beta": ("float", 0.5, 1.6)}
 
 
 @register_loss("margin")
-class MarginLoss(PMLLoss):
+class MarginLoss(AdaptedLoss):
     """Wu et al. 2017: margin loss on distance-weighted negatives (PML's MarginLoss with its
     DistanceWeightedMiner), one boundary beta for all classes.
 
@@ -33,16 +32,9 @@ class MarginLoss(PMLLoss):
     }
     search_space = MARGIN_SPACE
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True
     family = "pair weighting"
     pml_class = PMLMarginLoss
-
-    def __init__(
-        self, margin: float = 0.2, beta: float = 1.2, nu: float = 0.0, learn_beta: bool = True
-    ):
-        super().__init__(
-            PMLMarginLoss(margin=margin, nu=nu, beta=beta, learn_beta=learn_beta),
-            DistanceWeightedMiner(),
-        )
+    params = ("margin", "beta", "nu", "learn_beta")
+    defaults = {"learn_beta": True}
+    fixed = {"miner": "pml:DistanceWeightedMiner"}

@@ -1,6 +1,6 @@
 from pytorch_metric_learning.losses import MultiSimilarityLoss as PMLMultiSimilarityLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 # Wang et al. 2019's released code, the default configuration: alpha (scale_pos) 2, beta
@@ -18,18 +18,13 @@ MS_SPACE = {
 
 
 @register_loss("multi-similarity")
-class MultiSimilarityLoss(PMLLoss):
+class MultiSimilarityLoss(AdaptedLoss):
     """Wang et al. 2019's multi-similarity loss over every pair of the batch, unmined (PML's
     MultiSimilarityLoss on cosine similarities)."""
 
     sources = MS_SOURCES
     search_space = MS_SPACE
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity
     family = "pair weighting"
     pml_class = PMLMultiSimilarityLoss
-
-    def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5):
-        super().__init__(PMLMultiSimilarityLoss(alpha=alpha, beta=beta, base=base))

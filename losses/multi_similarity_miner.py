@@ -1,13 +1,12 @@
 from pytorch_metric_learning.losses import MultiSimilarityLoss as PMLMultiSimilarityLoss
-from pytorch_metric_learning.miners import MultiSimilarityMiner
 
-from losses.base import PMLLoss
 from losses.multi_similarity import MS_SOURCES, MS_SPACE
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("multi-similarity-miner")
-class MultiSimilarityMinerLoss(PMLLoss):
+class MultiSimilarityMinerLoss(AdaptedLoss):
     """Wang et al. 2019: the multi-similarity loss over the pairs its own mining keeps (PML's
     MultiSimilarityLoss with its MultiSimilarityMiner).
 
@@ -21,16 +20,8 @@ class MultiSimilarityMinerLoss(PMLLoss):
     }
     search_space = {**MS_SPACE, "epsilon": ("float", 0.0, 0.5)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity, in the loss and the miner
     family = "pair weighting"
     pml_class = PMLMultiSimilarityLoss
-
-    def __init__(
-        self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, epsilon: float = 0.1
-    ):
-        super().__init__(
-            PMLMultiSimilarityLoss(alpha=alpha, beta=beta, base=base),
-            MultiSimilarityMiner(epsilon=epsilon),
-        )
+    params = ("alpha", "beta", "base", "epsilon")  # epsilon: its miner's
+    fixed = {"miner": "pml:MultiSimilarityMiner"}

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import NCALoss as PMLNCALoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("nca")
-class NCALoss(PMLLoss):
+class NCALoss(AdaptedLoss):
     """Goldberger et al. 2004 within the batch: softmax over -scale * squared distances of
     L2-normalised embeddings (PML's NCALoss)."""
 
@@ -17,9 +17,4 @@ class NCALoss(PMLLoss):
     }
     search_space = {"softmax_scale": ("log", 1.0, 64.0)}
 
-    class_balanced = True  # with random batches most anchors have no positive in the batch
-    normalize_embeddings = True
     pml_class = PMLNCALoss
-
-    def __init__(self, softmax_scale: float = 1.0):
-        super().__init__(PMLNCALoss(softmax_scale=softmax_scale))

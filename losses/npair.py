@@ -1,13 +1,11 @@
-from pytorch_metric_learning.distances import DotProductSimilarity
 from pytorch_metric_learning.losses import NPairsLoss
-from pytorch_metric_learning.regularizers import LpRegularizer
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("npair")
-class NPairLoss(PMLLoss):
+class NPairLoss(AdaptedLoss):
     """Sohn 2016 multi-class N-pair loss: raw inner products, one pair per class in the batch,
     plus `l2_reg` times the squared L2 norm of the embeddings (the paper's 0.002).
 
@@ -22,16 +20,8 @@ class NPairLoss(PMLLoss):
     }
     search_space = {"l2_reg": ("log", 1e-4, 1e-1)}
 
-    class_balanced = True
-    examples_per_class = 2
-    pml_class = NPairsLoss
-    pml_names = {"l2_reg": "embedding_reg_weight"}
-
-    def __init__(self, l2_reg: float = 0.002):
-        super().__init__(
-            NPairsLoss(
-                distance=DotProductSimilarity(normalize_embeddings=False),
-                embedding_regularizer=LpRegularizer(p=2, power=2),
-                embedding_reg_weight=l2_reg,
-            )
-        )
+    pml_class = NPairsLoss  # its batches and inner products: losses/pml_fixes.py
+    params = ("l2_reg",)
+    pml_names = {"l2_reg": "regularizer_weight"}
+    defaults = {"l2_reg": 0.002}
+    fixed = {"regularizer": "pml:LpRegularizer"}  # of the squared norm, as pml_fixes.py says

@@ -1,22 +1,17 @@
 from pytorch_metric_learning.losses import NTXentLoss as PMLNTXentLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("ntxent")
-class NTXentLoss(PMLLoss):
+class NTXentLoss(AdaptedLoss):
     """Sohn 2016 / Chen et al. 2020: NT-Xent with labels, each positive pair's cross-entropy
     against its anchor's negatives over cosine similarities / temperature (PML's NTXentLoss)."""
 
     sources = {"temperature": "PML's default (0.07)"}
     search_space = {"temperature": ("log", 0.01, 1.0)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity
     family = "ranking"
     pml_class = PMLNTXentLoss
-
-    def __init__(self, temperature: float = 0.07):
-        super().__init__(PMLNTXentLoss(temperature=temperature))

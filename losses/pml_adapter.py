@@ -10,13 +10,16 @@ what the trainer needs is read from the class, not written per loss.
   compares the examples of a batch and gets class-balanced batches.
 - A loss whose distance normalises the embeddings (most of PML's do) has the evaluated
   embedding normalised too.
-A new PML release brings its loss classes in with no code here."""
+- What its signature does not say of a class is said once, in losses/pml_fixes.py.
+A new PML release brings its loss classes in with no code here. The curated names over a PML
+class are declared on the same adapter (`AdaptedLoss`), so `pml:X` and its curated name run
+alike with the same parameters (issue 67); where they differ, the curated class says how."""
 
 from __future__ import annotations
 
 import functools
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import pytorch_metric_learning
 import torch
@@ -25,8 +28,10 @@ from torch import nn
 
 from bench.util.registry import PML_PREFIX, exported_classes, prefixed_class
 from losses.base import PMLLoss
+from losses.domains import NON_NEGATIVE, Domain, pml_domain
+from losses.pml_fixes import fix_of, quiet
 from losses.pml_regularizers import regularizer_arguments
-from miners import build_miner
+from miners import build_miner, get_miner_class
 
 # PML's names for the run's sizes -> the context the trainer passes (losses/registry.py).
 CONTEXT = {
@@ -49,9 +54,6 @@ NOT_RUNNABLE = {
     "read as a batch column: right only when the batch's first K examples carry the K labels "
     "in order; on class-balanced batches about 9 in 10 target another class (`--loss "
     "instance` is the loss on the harness's batches)",
-    "SmoothAPLoss": "PML 2.9 takes consecutive blocks of the batch for its classes, right "
-    "only when a batch has as many classes as examples of each (`--loss smooth-ap` lays the "
-    "batch out for it)",
     "VICRegLoss": "self-supervised: it compares each embedding with one of another view of the "
     "same image (ref_emb), which a labelled batch does not give",
 }
@@ -140,49 +142,129 @@ def normalises(cls: type) -> bool:
         return False
 
 
-@functools.cache
-def pml_loss_class(name: str) -> type[PMLLoss]:
-    """The harness's loss class for `pml:Name`, made once, declaring what PML's class needs."""
-    pml = pml_class(name)
-    defaults, required = own_parameters(pml)
-    context = required_context(pml)
-    takes_classes = "num_classes" in context
+def as_declared(value: Any, domain: Domain | None) -> Any:
+    """A whole number PML writes for a real parameter (scale=64) as the float a curated loss
+    records (64.0): its run id and the reading of its --loss-param go by the type."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    return float(value) if whole and (domain is None or domain.kind is not int) else value
+
+
+# What the trainer reads of a loss, which an adapted loss takes from PML's class and its fix.
+READ = ("class_balanced", "examples_per_class", "normalize_embeddings", "lr_multiplier")
+
+
+class AdaptedLoss(PMLLoss):
+    """A loss class of PML behind the harness's interface, made by declaring it: `pml:Name`
+    (`pml_loss_class`) or a curated name (losses/<name>.py). What the trainer reads of it
+    (`READ`) comes from PML's class and losses/pml_fixes.py for both alike; a curated class
+    declares only its own choices:
+    - `params`: the parameters it takes, in order (unset: those of PML's class's constructor),
+      by PML's names except where `pml_names` renames one; one that neither PML's class nor
+      the adapter (`EXTRA`) takes is its miner's (multi-similarity-miner's epsilon);
+    - `defaults`: where its default is not PML's (each sourced in `sources`);
+    - `fixed`: PML's (or the adapter's) arguments it sets and does not take;
+    - `sizes`: the run's sizes it gives where PML's class does not require them;
+    - `margin_to_miner`: its miner gets its margin (the miners' own default is another)."""
+
+    params: ClassVar[tuple[str, ...] | None] = None
+    defaults: ClassVar[dict[str, Any]] = {}
+    fixed: ClassVar[dict[str, Any]] = {}
+    sizes: ClassVar[tuple[str, ...]] = ()
+    margin_to_miner: ClassVar[bool] = False
+    generic: ClassVar[bool] = False  # pml:Name: PML's constructor's parameters and `EXTRA`
+    domains = {"regularizer_weight": NON_NEGATIVE}
+    # Made from the declarations: the parameters with their defaults; PML's size names ->
+    # the trainer's; PML's parameters without a default.
+    own: ClassVar[dict[str, Any]] = {}
+    context: ClassVar[dict[str, str]] = {}
+    needed: ClassVar[list[str]] = []
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        pml, fix = cls.pml_class, fix_of(cls.pml_class)
+        if read := [a for a in READ if a in vars(cls)]:
+            raise TypeError(f"{cls.__name__} sets {', '.join(read)}; declare it of "
+                            f"{pml.__name__} in losses/pml_fixes.py, for pml: too")  # fmt: skip
+        required = required_context(pml)
+        cls.context = {**required, **{size: CONTEXT[size] for size in cls.sizes}}
+        cls.class_balanced = "num_classes" not in required
+        cls.examples_per_class = fix.examples_per_class
+        cls.normalize_embeddings = fix.normalize_embeddings
+        if fix.normalize_embeddings is None:
+            cls.normalize_embeddings = normalises(pml)
+        cls.lr_multiplier = fix.lr_multiplier
+        defaults, cls.needed = own_parameters(pml)
+        cls.own = {**defaults, **EXTRA} if cls.generic else declared_parameters(cls)
+
+        def __init__(self, **kwargs: Any) -> None:
+            AdaptedLoss.__init__(self, **kwargs)
+
+        P = inspect.Parameter
+        params = [P("self", P.POSITIONAL_OR_KEYWORD)]
+        params += [P(k, P.POSITIONAL_OR_KEYWORD, default=v) for k, v in cls.own.items()]
+        params += [P(size, P.KEYWORD_ONLY) for size in sorted(set(cls.context.values()))]
+        __init__.__signature__ = inspect.Signature(params)
+        cls.__init__ = __init__
 
     def __init__(self, **kwargs: Any) -> None:
-        given = {k: kwargs.pop(k) for k in list(kwargs) if k in defaults}
-        miner, regularizer, weight = (kwargs.pop(k, v) for k, v in EXTRA.items())
-        sizes = {pml_name: kwargs.pop(ours) for pml_name, ours in context.items()}
-        missing = [k for k in required if given.get(k) is None]
-        if missing:
-            needed = ", ".join(f"--loss-param {k}=..." for k in missing)
-            raise ValueError(f"{name} has no default for {', '.join(missing)}; give {needed}")
-        known = {**defaults, **given, **sizes}
-        extra = regularizer_arguments(regularizer, weight, pml, known)
-        PMLLoss.__init__(
-            self, pml(**given, **sizes, **extra), build_miner(miner) if miner else None
+        cls, fix = type(self), fix_of(self.pml_class)
+        given = {**cls.own, **{k: v for k, v in kwargs.items() if k in cls.own}}
+        values = {**cls.fixed, **{cls.pml_names.get(k, k): v for k, v in given.items()}}
+        sizes = {theirs: kwargs[ours] for theirs, ours in cls.context.items()}
+        miner, regularizer, weight = (values.pop(k, v) for k, v in EXTRA.items())
+        takes = init_parameters(self.pml_class)
+        minings = {k: values.pop(k) for k in list(values) if k not in takes}
+        if missing := [k for k in cls.needed if values.get(k) is None]:
+            needs = ", ".join(f"--loss-param {k}=..." for k in missing)
+            raise ValueError(f"{cls.registry_name} has no default for {', '.join(missing)}; "
+                             f"give {needs}")  # fmt: skip
+        extra = regularizer_arguments(
+            regularizer, weight, self.pml_class, {**values, **sizes}, fix.regularizer_args
         )
+        made = fix.arguments(values) if fix.arguments else {}
+        with quiet(fix.quiet):
+            loss = self.pml_class(**values, **sizes, **extra, **made)
+        margin = values.get("margin") if cls.margin_to_miner else None
+        PMLLoss.__init__(self, loss, build_miner(miner, margin, **minings) if miner else None)
 
     def forward(self, embeddings, labels, indices=None):
-        value = PMLLoss.forward(self, embeddings, labels, indices)
+        fix = fix_of(self.pml_class)
+        if fix.prepare is not None:
+            embeddings, labels = fix.prepare(embeddings, labels)
+        with quiet(fix.quiet):
+            value = PMLLoss.forward(self, embeddings, labels, indices)
         detach_running_state(self.loss)
         return value
 
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    params += [
-        inspect.Parameter(k, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=v)
-        for k, v in {**defaults, **EXTRA}.items()
-    ]
-    params += [inspect.Parameter(c, inspect.Parameter.KEYWORD_ONLY) for c in set(context.values())]
-    __init__.__signature__ = inspect.Signature(params)
+
+def declared_parameters(cls: type[AdaptedLoss]) -> dict[str, Any]:
+    """A curated loss's parameters with their defaults: its own, else PML's class's (along
+    its bases: ProxyNCA's softmax_scale is NCA's), else its miner's."""
+    takes = init_parameters(cls.pml_class)
+    found = {}
+    for ours in cls.params or own_parameters(cls.pml_class)[0]:
+        theirs = cls.pml_names.get(ours, ours)
+        if ours in cls.defaults:
+            found[ours] = cls.defaults[ours]
+        elif theirs in takes:
+            found[ours] = as_declared(takes[theirs].default, pml_domain(cls.pml_class, theirs))
+        else:
+            miner = inspect.signature(get_miner_class(cls.fixed["miner"]).__init__)
+            found[ours] = miner.parameters[theirs].default
+    return found
+
+
+@functools.cache
+def pml_loss_class(name: str) -> type[PMLLoss]:
+    """The harness's loss class for `pml:Name`, made once: every parameter of PML's class."""
+    pml = pml_class(name)
+    version = pytorch_metric_learning.__version__
     attrs = {
-        "__init__": __init__,
-        "forward": forward,
         "__doc__": f"pytorch-metric-learning's {pml.__name__}, with PML's defaults.",
         "registry_name": name,
-        "sources": {k: f"PML {pytorch_metric_learning.__version__}'s default" for k in defaults},
-        "class_balanced": not takes_classes,
-        "normalize_embeddings": normalises(pml),
+        "sources": {k: f"PML {version}'s default" for k in own_parameters(pml)[0]},
         "family": "pml (generic)",
         "pml_class": pml,
+        "generic": True,
     }
-    return type(f"PML{pml.__name__}", (PMLLoss,), attrs)
+    return type(f"PML{pml.__name__}", (AdaptedLoss,), attrs)

@@ -37,11 +37,12 @@ def regularizer_class(name: str) -> type:
 
 
 def regularizer_arguments(
-    name: str | None, weight: float, loss: type, known: dict[str, Any]
+    name: str | None, weight: float, loss: type, known: dict[str, Any], args: dict[str, Any]
 ) -> dict[str, Any]:
     """The keyword arguments that give PML's `loss` class the regularizer `name` at `weight`
     (none without one); `known`: the loss's parameters and the run's sizes, by PML's names,
-    for a regularizer's parameters without a default. A one-line ValueError for a weight
+    for a regularizer's parameters without a default; `args`: those of the loss's fix
+    (losses/pml_fixes.py) that the regularizer names. A one-line ValueError for a weight
     regularizer of a loss without class weights, or a parameter nothing gives."""
     if name is None:
         return {}
@@ -62,6 +63,7 @@ def regularizer_arguments(
     if lacking:
         raise ValueError(f"--regularizer {name} needs {', '.join(lacking)}, which {loss.__name__} "
                          "does not give")  # fmt: skip
-    built = cls(**{n: known[n] for n in needed})
+    fixed = {k: v for k, v in args.items() if k in inspect.signature(cls.__init__).parameters}
+    built = cls(**{n: known[n] for n in needed}, **fixed)
     kind = "weight" if on_weights else "embedding"
     return {f"{kind}_regularizer": built, f"{kind}_reg_weight": weight}

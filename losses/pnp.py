@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import PNPLoss as PMLPNPLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("pnp")
-class PNPLoss(PMLLoss):
+class PNPLoss(AdaptedLoss):
     """Li et al. 2022's PNP loss ("only penalizing negative instances before positive ones"):
     each example of the batch is a query; for each of its positives i,
     R = the sum over the query's negatives j of sigmoid((s_j - s_i) / anneal), a smooth count
@@ -26,13 +26,7 @@ class PNPLoss(PMLLoss):
     }
     search_space = {"anneal": ("log", 0.001, 0.1)}
 
-    class_balanced = True
     memory_ok = False  # PML's CrossBatchMemory refuses it (it takes no reference embeddings)
-    normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "ranking"
     pml_class = PMLPNPLoss
-
-    def __init__(
-        self, b: float = 2.0, alpha: float = 8.0, anneal: float = 0.01, variant: str = "O"
-    ):
-        super().__init__(PMLPNPLoss(b=b, alpha=alpha, anneal=anneal, variant=variant))
+    defaults = {"alpha": 8.0}

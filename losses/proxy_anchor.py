@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import ProxyAnchorLoss as PMLProxyAnchorLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("proxy-anchor")
-class ProxyAnchorLoss(PMLLoss):
+class ProxyAnchorLoss(AdaptedLoss):
     """Kim et al. 2020: each class proxy an anchor weighing its positives and negatives by
     cosine similarity (PML's ProxyAnchorLoss)."""
 
@@ -18,10 +18,5 @@ class ProxyAnchorLoss(PMLLoss):
     }
     search_space = {"margin": ("float", 0.0, 0.4), "alpha": ("log", 4.0, 128.0)}
 
-    normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and proxies
-    lr_multiplier = 100.0
     family = "proxy"
     pml_class = PMLProxyAnchorLoss
-
-    def __init__(self, num_classes: int, dims: int, margin: float = 0.1, alpha: float = 32.0):
-        super().__init__(PMLProxyAnchorLoss(num_classes, dims, margin=margin, alpha=alpha))

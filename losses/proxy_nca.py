@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import ProxyNCALoss as PMLProxyNCALoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("proxy-nca")
-class ProxyNCALoss(PMLLoss):
+class ProxyNCALoss(AdaptedLoss):
     """Movshovitz-Attias et al. 2017: NCA against one learned proxy per class (PML's
     ProxyNCALoss).
 
@@ -21,9 +21,6 @@ class ProxyNCALoss(PMLLoss):
     }
     search_space = {"softmax_scale": ("log", 1.0, 64.0)}
 
-    normalize_embeddings = True
     family = "proxy"
     pml_class = PMLProxyNCALoss
-
-    def __init__(self, num_classes: int, dims: int, softmax_scale: float = 1.0):
-        super().__init__(PMLProxyNCALoss(num_classes, dims, softmax_scale=softmax_scale))
+    params = ("softmax_scale",)  # NCALoss's, which PML's class passes on

@@ -1,13 +1,11 @@
-import warnings
-
 from pytorch_metric_learning.losses import RankedListLoss as PMLRankedListLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("ranked-list")
-class RankedListLoss(PMLLoss):
+class RankedListLoss(AdaptedLoss):
     """Wang et al. 2019's ranked list loss: each example of the batch is a query against the
     rest, on Euclidean distances d of L2-normalised embeddings, with the boundary
     alpha = 1 + margin / 2. Its violating positives (d > alpha - margin) and negatives
@@ -32,18 +30,8 @@ class RankedListLoss(PMLLoss):
     }
     search_space = {"margin": ("float", 0.1, 0.8), "Tn": ("float", 0.0, 20.0)}
 
-    class_balanced = True
     memory_ok = False  # PML's CrossBatchMemory refuses it (it takes no reference embeddings)
-    normalize_embeddings = True  # PML's LpDistance normalises them
     family = "ranking"
     pml_class = PMLRankedListLoss
-
-    def __init__(
-        self, margin: float = 0.4, Tn: float = 10.0, imbalance: float = 0.5, Tp: float = 0.0
-    ):
-        with warnings.catch_warnings():
-            # PML warns of overflow above 5; on the unit sphere T (alpha - d) <= T alpha, which
-            # exp keeps finite in the fp32 the trainer computes losses in.
-            warnings.filterwarnings("ignore", message="Values of Tp or Tn are too high")
-            loss = PMLRankedListLoss(margin=margin, Tn=Tn, imbalance=imbalance, Tp=Tp)
-        super().__init__(loss)
+    params = ("margin", "Tn", "imbalance", "Tp")  # alpha follows from the margin
+    defaults = {"margin": 0.4, "Tn": 10.0}  # PML has none

@@ -44,13 +44,14 @@ def loss_defaults(name: str) -> dict[str, Any]:
 
 def loss_domains(name: str) -> dict[str, Domain]:
     """The declared domains of a loss's parameters (losses/domains.py): its own, or those of
-    the PML class it hands them to, under PML's names."""
+    the PML class (or adapter) it hands them to, under their names."""
     cls = get_loss_class(name)
     found = {}
     for param in loss_defaults(name):
-        domain = cls.domains.get(param)
+        theirs = cls.pml_names.get(param, param)
+        domain = cls.domains.get(param) or cls.domains.get(theirs)
         if domain is None and cls.pml_class is not None:
-            domain = pml_domain(cls.pml_class, cls.pml_names.get(param, param))
+            domain = pml_domain(cls.pml_class, theirs)
         if domain is not None:
             found[param] = domain
     return found

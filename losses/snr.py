@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import SignalToNoiseRatioContrastiveLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("snr")
-class SNRContrastiveLoss(PMLLoss):
+class SNRContrastiveLoss(AdaptedLoss):
     """Yuan et al. 2019: contrastive loss on the signal-to-noise-ratio distance var(a - b) /
     var(a) (PML's SignalToNoiseRatioContrastiveLoss).
 
@@ -18,13 +18,7 @@ class SNRContrastiveLoss(PMLLoss):
     }
     search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.3, 2.0)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True
     family = "ranking"
     pml_class = SignalToNoiseRatioContrastiveLoss
-
-    def __init__(self, pos_margin: float = 0.0, neg_margin: float = 1.0):
-        super().__init__(
-            SignalToNoiseRatioContrastiveLoss(pos_margin=pos_margin, neg_margin=neg_margin)
-        )
+    params = ("pos_margin", "neg_margin")  # ContrastiveLoss's, which PML's class passes on

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import SoftTripleLoss as PMLSoftTripleLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("soft-triple")
-class SoftTripleLoss(PMLLoss):
+class SoftTripleLoss(AdaptedLoss):
     """Qian et al. 2019: a softmax over classes each represented by several learned centres
     (PML's SoftTripleLoss).
 
@@ -28,27 +28,5 @@ class SoftTripleLoss(PMLLoss):
         "centers_per_class": ("int", 1, 16),
     }
 
-    normalize_embeddings = True  # PML's CosineSimilarity normalises embeddings and centres
-    lr_multiplier = 100.0
     family = "proxy"
     pml_class = PMLSoftTripleLoss
-
-    def __init__(
-        self,
-        num_classes: int,
-        dims: int,
-        centers_per_class: int = 10,
-        la: float = 20.0,
-        gamma: float = 0.1,
-        margin: float = 0.01,
-    ):
-        super().__init__(
-            PMLSoftTripleLoss(
-                num_classes,
-                dims,
-                centers_per_class=centers_per_class,
-                la=la,
-                gamma=gamma,
-                margin=margin,
-            )
-        )

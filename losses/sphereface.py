@@ -1,12 +1,12 @@
 from pytorch_metric_learning.losses import SphereFaceLoss as PMLSphereFaceLoss
 
-from losses.base import PMLLoss
 from losses.large_margin_softmax import MARGIN_SPACE, SCALE_SPACE
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("sphereface")
-class SphereFaceLoss(PMLLoss):
+class SphereFaceLoss(AdaptedLoss):
     """Liu et al. 2017 (SphereFace, A-Softmax): cross-entropy over |x| cos(theta_j) to learned
     class weights of unit norm, the true class's cos(theta) replaced by psi(theta) =
     (-1)^k cos(m theta) - 2k for theta in [k pi/m, (k+1) pi/m], an angular margin (PML's
@@ -24,10 +24,5 @@ class SphereFaceLoss(PMLLoss):
     }
     search_space = {"margin": MARGIN_SPACE, "scale": SCALE_SPACE}
 
-    # The decision is on angles alone and the paper compares test features by cosine.
-    normalize_embeddings = True
     family = "classification"
     pml_class = PMLSphereFaceLoss
-
-    def __init__(self, num_classes: int, dims: int, margin: int = 4, scale: float = 1.0):
-        super().__init__(PMLSphereFaceLoss(num_classes, dims, margin=margin, scale=scale))

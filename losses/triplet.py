@@ -1,12 +1,11 @@
 from pytorch_metric_learning.losses import TripletMarginLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
-from miners import build_miner
 
 
 @register_loss("triplet")
-class TripletLoss(PMLLoss):
+class TripletLoss(AdaptedLoss):
     """Margin triplet loss on L2-normalised embeddings with the triplets a miner selects.
 
     The miner gets the loss's own margin (PML's TripletMarginMiner defaults to another one).
@@ -22,10 +21,8 @@ class TripletLoss(PMLLoss):
     }
     search_space = {"margin": ("float", 0.05, 0.5)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True
     pml_class = TripletMarginLoss
-
-    def __init__(self, margin: float = 0.2, miner: str = "semihard"):
-        super().__init__(TripletMarginLoss(margin=margin), build_miner(miner, margin=margin))
+    params = ("margin", "miner")
+    defaults = {"margin": 0.2, "miner": "semihard"}
+    margin_to_miner = True  # the one difference from pml:TripletMarginLoss with its miner

@@ -1,11 +1,11 @@
 from pytorch_metric_learning.losses import TupletMarginLoss as PMLTupletMarginLoss
 
-from losses.base import PMLLoss
+from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
 
 @register_loss("tuplet-margin")
-class TupletMarginLoss(PMLLoss):
+class TupletMarginLoss(AdaptedLoss):
     """Yu and Tao 2019: for each positive pair, log(1 + sum over the anchor's negatives of
     exp(s (cos theta_an - cos(theta_ap - beta)))), the positive's angle eased by the margin
     beta; the mean over the batch's positive pairs (PML's TupletMarginLoss, cosine similarity;
@@ -18,11 +18,6 @@ class TupletMarginLoss(PMLLoss):
     }
     search_space = {"margin": ("float", 0.0, 20.0), "scale": ("log", 8.0, 128.0)}
 
-    class_balanced = True
     memory_ok = True
-    normalize_embeddings = True  # PML's CosineSimilarity (the only distance it accepts)
     family = "pair weighting"
     pml_class = PMLTupletMarginLoss
-
-    def __init__(self, margin: float = 5.73, scale: float = 64.0):
-        super().__init__(PMLTupletMarginLoss(margin=margin, scale=scale))

@@ -4,6 +4,7 @@ installed pytorch-metric-learning as `pml:ClassName` (issue 46)."""
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 from torch import nn
 
@@ -42,10 +43,10 @@ def get_miner_class(name: str) -> type:
     return prefixed_class("miner", name, pml_miner_classes(), NOT_MINERS, choices)
 
 
-def build_miner(name: str, margin: float | None = None) -> nn.Module:
-    """A miner; one that takes a margin gets the loss's own where given (PML's miner default
-    differs from it), the others their defaults. A miner that needs refreshing from the whole
-    training set is refused: the losses that take `--miner` do not refresh it."""
+def build_miner(name: str, margin: float | None = None, **params: Any) -> nn.Module:
+    """A miner with `params`; one that takes a margin gets the loss's own where given (PML's
+    miner default differs from it), the others their defaults. A miner that needs refreshing
+    from the whole training set is refused: the losses that take `--miner` do not refresh it."""
     cls = get_miner_class(name)
     if hasattr(cls, "refresh"):  # a loss of its own refreshes it: contrastive-centroid's
         raise ValueError(
@@ -54,4 +55,5 @@ def build_miner(name: str, margin: float | None = None) -> nn.Module:
             "negative); use that loss, or another --miner"
         )
     takes_margin = "margin" in inspect.signature(cls.__init__).parameters
-    return cls(margin=margin) if margin is not None and takes_margin else cls()
+    given = {"margin": margin} if margin is not None and takes_margin else {}
+    return cls(**given, **params)
