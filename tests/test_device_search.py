@@ -119,14 +119,16 @@ def test_gallery_scores_agree_with_faiss():
     cpu = gallery_scores(x[q], labels[q], x[g], labels[g])
     device = gallery_scores(x[q], labels[q], x[g], labels[g], device="cpu")
     assert_agree(device, cpu)
-    found = evaluate_gallery(x[q], labels[q], x[g], labels[g], device="cpu")
-    assert found == pytest.approx(evaluate_gallery(x[q], labels[q], x[g], labels[g]), abs=1e-6)
+    found = evaluate_gallery(x[q], labels[q], x[g], labels[g], device="cpu").metrics
+    assert found == pytest.approx(
+        evaluate_gallery(x[q], labels[q], x[g], labels[g]).metrics, abs=1e-6
+    )
 
 
 def test_evaluate_on_a_device_gives_the_cpu_metrics():
     x, labels = skewed(1000, 100, seed=2)
-    on_device = evaluate(x, labels, device="cpu", best_of=False)
-    on_cpu = evaluate(x, labels, best_of=False)
+    on_device = evaluate(x, labels, device="cpu", best_of=False).metrics
+    on_cpu = evaluate(x, labels, best_of=False).metrics
     # NMI comes from torch's k-means there: another seed's clusters (tests/test_torch_kmeans.py).
     assert on_device.pop("nmi") == pytest.approx(on_cpu.pop("nmi"), abs=0.02)
     assert on_device == pytest.approx(on_cpu, abs=1e-6)

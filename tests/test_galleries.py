@@ -404,7 +404,7 @@ def test_a_protocol_with_a_gallery_shows_its_queries_searched_in_the_gallery_onl
     from bench.evaluation.metrics import evaluate_gallery
 
     q = ~gallery
-    expected = evaluate_gallery(emb[q], labels[q], emb[gallery], labels[gallery])["map@r"]
+    expected = evaluate_gallery(emb[q], labels[q], emb[gallery], labels[gallery]).metrics["map@r"]
     assert np.nanmean(ap) == pytest.approx(expected)
     right = gq.top1_correct(emb, labels, gallery=gallery)
     assert not right[gallery].any()
