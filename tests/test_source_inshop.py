@@ -171,7 +171,8 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     assert {k: metrics[k] for k in expected} == pytest.approx(expected, abs=1e-6)
     assert set(expected) == {*recalls, "r_precision", "map@r"}
     assert metrics["nmi"] == pytest.approx(nmi(emb[~queries], labels[~queries]), abs=1e-6)
-    every = evaluate(emb, labels, clustering=False, ks=(1, 10, 20, 30, 40)).metrics  # all among all
+    # every item among all
+    every = evaluate(emb, labels, clustering=False, ks=(1, 10, 20, 30, 40)).metrics
     assert {k: every[k] for k in expected} != pytest.approx(expected, abs=1e-3)
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_map@r" in history
@@ -184,7 +185,7 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     kept = store.read_query_scores(run)
     gallery = gallery_scores(
         emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
-    ).metrics
+    )
     again = searched_as_saved(run, emb, labels)
     for name in gallery:
         np.testing.assert_array_equal(kept[name], gallery[name])
