@@ -136,7 +136,7 @@ def test_chunks_give_the_scores_of_one_search(chunk):
     expected = unchunked_scores(x, labels)
     assert np.isnan(expected["map@r"]).sum() >= 25  # singletons: no AP@R, a miss at every K
     assert_same_scores(query_scores(x, labels, chunk), expected)
-    metrics = evaluate(x, labels, clustering=False, chunk=chunk)
+    metrics = evaluate(x, labels, clustering=False, chunk=chunk).metrics
     assert metrics == {
         **{key: float(expected[key].mean()) for key in KEYS[:-2]},
         **{key: float(np.nanmean(expected[key])) for key in KEYS[-2:]},

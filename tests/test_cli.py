@@ -66,7 +66,9 @@ def test_run_writes_a_complete_run_folder(nngk_run):
     assert raw_metrics["features"] == "raw inputs" and raw_metrics["dims"] == 64
     pixels = load_dataset("digits").test.inputs()
     labels = np.asarray(load_dataset("digits").test.labels)
-    expected = evaluate(pixels / np.linalg.norm(pixels, axis=1, keepdims=True), labels, seed=0)
+    expected = evaluate(
+        pixels / np.linalg.norm(pixels, axis=1, keepdims=True), labels, seed=0
+    ).metrics
     assert raw_metrics["map@r"] == pytest.approx(expected["map@r"])
     assert raw_metrics["map@r"] == pytest.approx(0.6056, abs=1e-4)  # 0.6110 before L2
     net_metrics = json.loads((network / "metrics.json").read_text())
@@ -79,7 +81,7 @@ def test_metrics_are_what_the_saved_embeddings_give(nngk_run):
     saved = np.load(run_dir / "test_embeddings.npz")
     assert saved["embeddings"].shape == (len(saved["labels"]), 16)
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    recomputed = evaluate(saved["embeddings"], saved["labels"], seed=0)
+    recomputed = evaluate(saved["embeddings"], saved["labels"], seed=0).metrics
     for key in METRIC_KEYS:
         assert metrics[key] == pytest.approx(recomputed[key], abs=1e-9), key
 

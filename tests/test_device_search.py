@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from bench.evaluation.device_retrieval import device_scores
 from bench.evaluation.health import HEALTH_KEYS
 from bench.evaluation.metrics import evaluate, evaluate_gallery
 from bench.evaluation.retrieval import LARGE_R, RECALL_KS, gallery_scores, query_scores
-from bench.util.knn import search
-from bench.util.torch_knn import in_index_order, search_device, torch_search
+from bench.util.knn import knn
+from bench.util.torch_knn import TorchSearch, in_index_order, nearest_chunks, search_device
 
 
 def skewed(n: int, big: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -27,17 +26,25 @@ def skewed(n: int, big: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return x, labels
 
 
-def test_torch_search_finds_faiss_neighbours_up_to_ties():
+def test_chunks_of_like_need_find_faiss_neighbours_up_to_ties():
+    """The device search's loop: each query asked for comes once, in a chunk of queries sorted
+    by need, with as many neighbours as the chunk's largest need, the query itself left out
+    by index; faiss's neighbours but for rows tied at the last distance."""
     x, _ = skewed(2000, 200)
-    queries = x[:300] + 0.01
-    d_faiss, i_faiss = search(x, queries, 25)
-    d_torch, i_torch = torch_search(x, queries, 25, "cpu")
-    np.testing.assert_allclose(d_torch, d_faiss, rtol=1e-4, atol=1e-4)
-    # Each query's neighbours are the same set but for rows tied at the 25th distance.
-    kth = d_faiss[:, -1:]
-    strictly = d_faiss < kth - 1e-4
-    for row in range(len(queries)):
-        assert set(i_faiss[row][strictly[row]]) <= set(i_torch[row]), row
+    need = np.random.default_rng(0).integers(0, 40, len(x))
+    which = np.arange(0, len(x), 3)
+    d_faiss, i_faiss = knn(x, 40)
+    search, seen, needs = TorchSearch(x, "cpu"), [], []
+    for rows, (dist, idx) in nearest_chunks(search, search.base, need, True, which, rows=64):
+        rows, dist, idx = rows.numpy(), dist.numpy(), idx.numpy()
+        assert len(rows) <= 64 and idx.shape == (len(rows), need[rows].max())
+        seen, needs = seen + rows.tolist(), needs + need[rows].tolist()
+        k = idx.shape[1]
+        np.testing.assert_allclose(dist, d_faiss[rows, :k], rtol=1e-4, atol=1e-4)
+        strictly = d_faiss[rows, :k] < d_faiss[rows, k - 1 : k] - 1e-4
+        for row, found, wanted, keep in zip(rows, idx, i_faiss[rows, :k], strictly, strict=True):
+            assert row not in found and set(wanted[keep]) <= set(found), row
+    assert sorted(seen) == which.tolist() and needs == sorted(needs)
 
 
 @pytest.mark.parametrize("dims", [3, 4, 127])
@@ -103,14 +110,17 @@ def assert_agree(device: dict, cpu: dict) -> None:
         assert np.nanmean(device[key]) == pytest.approx(np.nanmean(cpu[key]), abs=1e-6)
 
 
-def test_chunks_of_any_size_give_the_same_scores():
+@pytest.mark.parametrize("large", [False, True])
+def test_chunks_of_any_size_give_the_same_scores(large, monkeypatch):
+    from bench.evaluation import retrieval
+
+    if large:  # the class of 150 searched a second time, for its whole top R
+        monkeypatch.setattr(retrieval, "LARGE_R", 20)
     x, labels = skewed(1500, 150)
-    codes = np.unique(labels, return_inverse=True)[1]
-    r = np.bincount(codes)[codes] - 1
-    whole = device_scores(x, codes, x, codes, r, True, "cpu", RECALL_KS)
-    small = device_scores(x, codes, x, codes, r, True, "cpu", RECALL_KS, cells=1500 * 7)
-    assert whole.shape == (len(RECALL_KS) + 2, len(x))  # R@K each, R-Precision, AP@R
-    np.testing.assert_array_equal(small, whole)
+    whole = query_scores(x, labels, device="cpu")
+    assert list(whole) == [*(f"recall@{k}" for k in RECALL_KS), "r_precision", "map@r"]
+    for key, values in query_scores(x, labels, chunk=7, device="cpu").items():
+        np.testing.assert_array_equal(values, whole[key])
 
 
 def test_gallery_scores_agree_with_faiss():
@@ -119,14 +129,16 @@ def test_gallery_scores_agree_with_faiss():
     cpu = gallery_scores(x[q], labels[q], x[g], labels[g])
     device = gallery_scores(x[q], labels[q], x[g], labels[g], device="cpu")
     assert_agree(device, cpu)
-    found = evaluate_gallery(x[q], labels[q], x[g], labels[g], device="cpu")
-    assert found == pytest.approx(evaluate_gallery(x[q], labels[q], x[g], labels[g]), abs=1e-6)
+    found = evaluate_gallery(x[q], labels[q], x[g], labels[g], device="cpu").metrics
+    assert found == pytest.approx(
+        evaluate_gallery(x[q], labels[q], x[g], labels[g]).metrics, abs=1e-6
+    )
 
 
 def test_evaluate_on_a_device_gives_the_cpu_metrics():
     x, labels = skewed(1000, 100, seed=2)
-    on_device = evaluate(x, labels, device="cpu", best_of=False)
-    on_cpu = evaluate(x, labels, best_of=False)
+    on_device = evaluate(x, labels, device="cpu", best_of=False).metrics
+    on_cpu = evaluate(x, labels, best_of=False).metrics
     # NMI comes from torch's k-means there: another seed's clusters (tests/test_torch_kmeans.py).
     assert on_device.pop("nmi") == pytest.approx(on_cpu.pop("nmi"), abs=0.02)
     assert on_device == pytest.approx(on_cpu, abs=1e-6)
@@ -147,7 +159,6 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     import json
 
     import bench.evaluation.clustering as clustering
-    import bench.evaluation.device_health as device_health
     import bench.evaluation.health as health
     import bench.evaluation.retrieval as retrieval
     import bench.train.baseline
@@ -158,13 +169,13 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     args += ["--dims", "8", "--epochs", "1"]
     assert cli(*args, "--results", tmp_path / "faiss").exit_code == 0
     searched = []
-    real = retrieval.device_scores
 
-    def device_scores(*given, **kw):
-        searched.append(given[6])
-        return real(*given, **kw)
+    class DeviceSearch(retrieval.DeviceSearch):
+        def __init__(self, *given):
+            searched.append(given[-1])
+            super().__init__(*given)
 
-    monkeypatch.setattr(retrieval, "device_scores", device_scores)
+    monkeypatch.setattr(retrieval, "DeviceSearch", DeviceSearch)
     clustered = []
     real_kmeans = clustering.torch_kmeans_assign
 
@@ -173,14 +184,10 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
         return real_kmeans(x, k, device, **options)
 
     monkeypatch.setattr(clustering, "torch_kmeans_assign", torch_kmeans_assign)
-    healthy = []
-
-    class DeviceHealth(device_health.DeviceHealth):
-        def __init__(self, x, device):
-            healthy.append(device)
-            super().__init__(x, device)
-
-    monkeypatch.setattr(health, "DeviceHealth", DeviceHealth)
+    healthy, spectrum = [], health.variance_spectrum
+    monkeypatch.setattr(
+        health, "variance_spectrum", lambda x: healthy.append(x.device) or spectrum(x)
+    )
     for module in (bench.train.trainer, bench.train.baseline):
         monkeypatch.setattr(module, "search_device", lambda device: torch.device("cpu"))
     assert cli(*args, "--results", tmp_path / "torch").exit_code == 0
@@ -213,6 +220,7 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
 
 def test_a_gpu_chunk_holds_more_distances_within_its_free_memory(monkeypatch):
     from bench.util import torch_knn
+    from bench.util.arrays import chunk_rows
 
     assert torch_knn.device_cells("cpu") == torch_knn.CELLS
     gib = 2**30
@@ -221,4 +229,4 @@ def test_a_gpu_chunk_holds_more_distances_within_its_free_memory(monkeypatch):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, f=free: (f, 80 * gib))
         assert torch_knn.device_cells("cuda") == cells, free
     # 2 GiB of float32 distances at 1,000,000 items: 536 queries a chunk, 8x the CPU's 67.
-    assert torch_knn.chunk_rows(1_000_000, torch_knn.GPU_CELLS) == 536
+    assert chunk_rows(1_000_000, torch_knn.GPU_CELLS) == 536

@@ -103,7 +103,7 @@ def test_evaluate_matches_pml_accuracy_calculator(seed):
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 6, size=300)
     x = (rng.normal(size=(300, 16)) + labels[:, None] * 0.4).astype(np.float32)
-    ours = evaluate(x, labels)
+    ours = evaluate(x, labels).metrics
     include = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
     calc = AccuracyCalculator(include=include)
     theirs = calc.get_accuracy(x, labels)
@@ -119,7 +119,7 @@ def test_evaluate_matches_pml_accuracy_calculator(seed):
 def test_raw_digits_5_to_9_reference_values():
     d = load_digits()
     m = d.target >= 5
-    metrics = evaluate(d.data[m], d.target[m])
+    metrics = evaluate(d.data[m], d.target[m]).metrics
     assert metrics["map@r"] == pytest.approx(0.611, abs=1e-3)
     assert metrics["recall@1"] == pytest.approx(0.9888, abs=1e-3)
 
@@ -133,10 +133,10 @@ def test_nmi_is_pmls_single_kmeans_run_and_best_of_5_is_kept_beside_it():
     pml = AccuracyCalculator(include=("NMI",)).get_accuracy(
         torch.from_numpy(emb), torch.from_numpy(labels)
     )
-    metrics = evaluate(emb, labels)
+    metrics = evaluate(emb, labels).metrics
     assert metrics["nmi"] == pytest.approx(pml["NMI"], abs=1e-12)
     assert metrics["nmi_best_of_5"] == pytest.approx(nmi_best_of(emb, labels, 0, 5))
-    assert {"nmi", "nmi_best_of_5"}.isdisjoint(evaluate(emb, labels, clustering=False))
+    assert {"nmi", "nmi_best_of_5"}.isdisjoint(evaluate(emb, labels, clustering=False).metrics)
 
 
 # Queries and a gallery on a line; gallery labels: 0 0 1 1 1 2.
@@ -155,7 +155,7 @@ def test_gallery_scores_by_hand(chunk):
     assert scores["recall@1"][:3].tolist() == [1.0, 1.0, 0.0]
     assert scores["recall@2"][:3].tolist() == [1.0, 1.0, 1.0]
     assert all(np.isnan(scores[key][3]) for key in ("recall@1", "recall@8", "map@r"))
-    metrics = evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, chunk)
+    metrics = evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, chunk).metrics
     assert metrics["recall@1"] == pytest.approx(2 / 3)
     assert metrics["map@r"] == pytest.approx((1 + 1 + 1 / 6) / 3)
 
@@ -169,7 +169,7 @@ def test_gallery_evaluation_matches_pml_with_a_reference_set(chunk):
     x = (rng.normal(size=(400, 16)) + 0.4 * rng.normal(size=(40, 16))[labels]).astype(np.float32)
     in_gallery = rng.random(400) < 0.5
     query, gallery = x[~in_gallery], x[in_gallery]
-    ours = evaluate_gallery(query, labels[~in_gallery], gallery, labels[in_gallery], chunk)
+    ours = evaluate_gallery(query, labels[~in_gallery], gallery, labels[in_gallery], chunk).metrics
     calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
     theirs = calc.get_accuracy(query, labels[~in_gallery], gallery, labels[in_gallery], False)
     assert not np.isin(labels[~in_gallery], labels[in_gallery]).all()  # some queries left out
@@ -178,8 +178,8 @@ def test_gallery_evaluation_matches_pml_with_a_reference_set(chunk):
 
 
 def test_evaluate_hands_back_the_per_query_scores_of_its_own_search(monkeypatch):
-    """with_scores: the scores by hand on the line (as test_recall_at_k_by_hand and
-    test_map_at_r_by_hand count them), from the one search that gave the metrics."""
+    """The scores by hand on the line (as test_recall_at_k_by_hand and test_map_at_r_by_hand
+    count them), from the one search that gave the metrics."""
     import bench.evaluation.retrieval as retrieval
 
     searches = []
@@ -187,20 +187,17 @@ def test_evaluate_hands_back_the_per_query_scores_of_its_own_search(monkeypatch)
     monkeypatch.setattr(
         retrieval.FlatSearch, "__call__", lambda s, q, k: searches.append(k) or real(s, q, k)
     )
-    metrics, scores = evaluate(LINE, LINE_LABELS, clustering=False, with_scores=True)
+    metrics, scores = evaluate(LINE, LINE_LABELS, clustering=False)
     assert len(searches) == 1
     assert scores["recall@1"].tolist() == [1, 1, 1, 1, 0]
     assert scores["recall@4"].tolist() == [1, 1, 1, 1, 1]
     assert scores["map@r"].tolist() == [0.5, 0.5, 1, 1, 0]
-    assert metrics == evaluate(LINE, LINE_LABELS, clustering=False)
     assert metrics["map@r"] == scores["map@r"].mean() == pytest.approx(0.6)
 
 
 def test_evaluate_gallery_hands_back_its_per_query_scores():
-    metrics, scores = evaluate_gallery(
-        QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS, with_scores=True
-    )
-    assert metrics == evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS)
+    metrics, scores = evaluate_gallery(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS)
+    assert metrics == {key: np.nanmean(values) for key, values in scores.items()}
     plain = gallery_scores(QUERIES, QUERY_LABELS, GALLERY, GALLERY_LABELS)
     assert scores.keys() == plain.keys()
     for key, values in scores.items():

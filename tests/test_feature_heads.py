@@ -78,14 +78,14 @@ def test_losses_train_a_head_on_cached_features(args, tmp_path):
     metrics = json.loads((runs[loss] / "metrics.json").read_text())
     saved = np.load(runs[loss] / "test_embeddings.npz")
     assert metrics["map@r"] == pytest.approx(
-        evaluate(saved["embeddings"], saved["labels"])["map@r"]
+        evaluate(saved["embeddings"], saved["labels"]).metrics["map@r"]
     )
     assert saved["embeddings"].shape[1] == (8 if "--dims" in args else 64)
     # The raw-inputs baseline is the cached features themselves, L2-normalised.
     baseline = json.loads((runs["raw inputs"] / "metrics.json").read_text())
     test = features[split == "test"]
     unit = test / np.linalg.norm(test, axis=1, keepdims=True)
-    raw = evaluate(unit, np.searchsorted([20, 21, 22], labels[split == "test"]))
+    raw = evaluate(unit, np.searchsorted([20, 21, 22], labels[split == "test"])).metrics
     assert baseline["map@r"] == pytest.approx(raw["map@r"]) and baseline["dims"] == 12
 
 

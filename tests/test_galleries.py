@@ -287,11 +287,9 @@ def test_the_galleries_search_on_the_device_they_are_given(glyph_runs, tmp_path,
     _, (seed0, seed1) = glyph_runs
     faiss = gal.visualize_galleries(seed0, tmp_path / "faiss", compare=seed1, queries=4, k=3)
     searched, scored = [], []
-    knn, scores = torch_knn.torch_knn, retrieval.device_scores
-    monkeypatch.setattr(torch_knn, "torch_knn", lambda *a: searched.append(a) or knn(*a))
-    monkeypatch.setattr(
-        retrieval, "device_scores", lambda *a, **k: scored.append(a) or scores(*a, **k)
-    )
+    knn, scores = torch_knn.torch_neighbours, retrieval.DeviceSearch
+    monkeypatch.setattr(torch_knn, "torch_neighbours", lambda *a: searched.append(a) or knn(*a))
+    monkeypatch.setattr(retrieval, "DeviceSearch", lambda *a: scored.append(a) or scores(*a))
     on = torch.device("cpu")
     found = gal.visualize_galleries(seed0, tmp_path / "torch", seed1, queries=4, k=3, device=on)
     assert len(searched) == 2 and len(scored) == 1  # each run's top-1; every query's AP@R
@@ -305,8 +303,8 @@ def test_visualize_searches_its_galleries_on_its_device(glyph_runs, tmp_path, mo
 
     _, (seed0, seed1) = glyph_runs
     searched = []
-    knn = torch_knn.torch_knn
-    monkeypatch.setattr(torch_knn, "torch_knn", lambda *a: searched.append(a) or knn(*a))
+    knn = torch_knn.torch_neighbours
+    monkeypatch.setattr(torch_knn, "torch_neighbours", lambda *a: searched.append(a) or knn(*a))
     monkeypatch.setattr(torch_knn, "search_device", lambda device: torch.device("cpu"))
     args = ["visualize", seed0, "--compare", seed1, "--out", tmp_path, "--device", "cpu"]
     out = cli(*args, "--queries", "3")
@@ -404,7 +402,7 @@ def test_a_protocol_with_a_gallery_shows_its_queries_searched_in_the_gallery_onl
     from bench.evaluation.metrics import evaluate_gallery
 
     q = ~gallery
-    expected = evaluate_gallery(emb[q], labels[q], emb[gallery], labels[gallery])["map@r"]
+    expected = evaluate_gallery(emb[q], labels[q], emb[gallery], labels[gallery]).metrics["map@r"]
     assert np.nanmean(ap) == pytest.approx(expected)
     right = gq.top1_correct(emb, labels, gallery=gallery)
     assert not right[gallery].any()

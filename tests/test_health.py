@@ -1,5 +1,6 @@
 """Embedding health (issue 16): principal components and class distances of an embedding,
-against hand-computed cases, scikit-learn's PCA and plain loops; and its report table."""
+against hand-computed cases, scikit-learn's PCA and plain loops, computed in numpy and faiss (a
+run on the CPU) and in torch (a run's device, on CPU tensors here); and its report table."""
 
 import io
 import itertools
@@ -10,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from scipy.spatial.distance import pdist
 from sklearn.decomposition import PCA
 
@@ -30,6 +32,12 @@ from tests.test_report_tables import make_run, md_rows
 NAN = float("nan")
 
 
+@pytest.fixture(params=[None, torch.device("cpu")], ids=["numpy", "torch"])
+def device(request):
+    """Where the health's costly parts run: numpy and faiss (None), or torch on a device."""
+    return request.param
+
+
 def axes(scales, dims: int) -> np.ndarray:
     """A point at +s and one at -s on axis k for each scale s (mean 0)."""
     eye = np.eye(dims)
@@ -45,9 +53,9 @@ def loop_means(x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     return sum(intra) / len(intra), sum(inter) / len(inter)
 
 
-def test_points_on_three_axes():
+def test_points_on_three_axes(device):
     # Variances along the axes 2*9, 2*4, 2*1 of 28: 64 %, then 93 % with two, all with three.
-    h = embedding_health(axes([3, 2, 1], 8), np.array([0, 0, 1, 1, 2, 2]))
+    h = embedding_health(axes([3, 2, 1], 8), np.array([0, 0, 1, 1, 2, 2]), device=device)
     assert h["health_pca_dims"] == 8
     assert h["health_pca_components_90"] == 2 and h["health_pca_components_99"] == 3
     assert h["health_pca_first_share"] == pytest.approx(18 / 28)
@@ -61,30 +69,30 @@ def test_points_on_three_axes():
     assert set(h) == set(HEALTH_KEYS)
 
 
-def test_equal_axes_tie_exactly_at_the_threshold():
-    h = embedding_health(axes([1.0] * 10, 16), np.repeat(np.arange(10), 2))
+def test_equal_axes_tie_exactly_at_the_threshold(device):
+    h = embedding_health(axes([1.0] * 10, 16), np.repeat(np.arange(10), 2), device=device)
     assert h["health_pca_components_90"] == 9  # 9 of 10 equal variances are exactly 90 %
     assert h["health_pca_components_99"] == 10
     assert h["health_pca_first_share"] == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("n, dims", [(400, 24), (20, 64)])  # covariance and Gram matrix
-def test_components_match_sklearn_pca(n, dims):
+def test_components_match_sklearn_pca(n, dims, device):
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((n, dims)) * np.geomspace(10, 0.01, dims)).astype(np.float32)
     ratio = PCA().fit(x.astype(np.float64)).explained_variance_ratio_
-    h = embedding_health(x, rng.integers(0, 4, n))
+    h = embedding_health(x, rng.integers(0, 4, n), device=device)
     for share in (90, 99):
         expected = int(np.searchsorted(np.cumsum(ratio), share / 100)) + 1
         assert h[f"health_pca_components_{share}"] == expected
     assert h["health_pca_first_share"] == pytest.approx(ratio[0], rel=1e-6)
 
 
-def test_distances_match_plain_loops():
+def test_distances_match_plain_loops(device):
     rng = np.random.default_rng(2)
     labels = rng.integers(0, 5, 60)
     x = rng.standard_normal((60, 6)) + 2 * labels[:, None]
-    h = embedding_health(x, labels)
+    h = embedding_health(x, labels, device=device)
     intra, inter = loop_means(x, labels)
     means = [x[labels == c].mean(axis=0) for c in range(5)]
     closest = min(math.dist(a, b) for a, b in itertools.combinations(means, 2))
@@ -93,7 +101,7 @@ def test_distances_match_plain_loops():
     assert h["health_intra_inter_ratio"] == pytest.approx(intra / inter)
     assert h["health_inter_class_centroid_distance_min"] == pytest.approx(closest)
     x32 = x.astype(np.float32)  # distances of float32 rows, summed in float64
-    h32 = embedding_health(x32, labels)
+    h32 = embedding_health(x32, labels, device=device)
     intra32, inter32 = loop_means(x32.astype(np.float64), labels)
     assert h32["health_intra_class_distance_mean"] == pytest.approx(intra32, rel=1e-6)
     assert h32["health_inter_class_distance_mean"] == pytest.approx(inter32, rel=1e-6)
@@ -110,17 +118,20 @@ def test_pair_distances_are_the_same_to_the_bit_in_chunks_of_any_size(monkeypatc
     found = {}
     for values in (1 << 10, 1 << 16, 1 << 22):  # 1 pair a chunk, 64, all 5,000
         monkeypatch.setattr(health, "PAIR_CHUNK_VALUES", values)
+        monkeypatch.setattr(health, "CHUNK_VALUES", values)  # a device's chunks
         found[values] = pair_distances(x, i, j)
         np.testing.assert_allclose(found[values], plain, rtol=1e-12)
+        # torch's on a device (CPU tensors here): the same to float64 rounding
+        np.testing.assert_allclose(pair_distances(torch.from_numpy(x), i, j), plain, rtol=1e-12)
     assert np.array_equal(found[1 << 10], found[1 << 16])
     assert np.array_equal(found[1 << 16], found[1 << 22])
 
 
-def test_two_tight_clusters_far_apart():
+def test_two_tight_clusters_far_apart(device):
     rng = np.random.default_rng(3)
     labels = np.repeat([0, 1], 50)
     x = 0.01 * rng.standard_normal((100, 16)) + 100.0 * labels[:, None] * np.eye(16)[0]
-    h = embedding_health(x, labels)
+    h = embedding_health(x, labels, device=device)
     assert h["health_intra_inter_ratio"] < 1e-3
     assert h["health_inter_class_distance_mean"] == pytest.approx(100, rel=1e-3)
     assert h["health_inter_class_centroid_distance_min"] == pytest.approx(100, rel=1e-3)
@@ -149,17 +160,19 @@ def test_sampled_means_approach_the_exact_ones():
     assert sampled != exact and sampled == pair_means(x, labels, seed=0)  # seeded
 
 
-def test_constant_embeddings_have_no_components():
-    h = embedding_health(np.full((6, 4), 0.1, dtype=np.float32), np.array([0, 0, 0, 1, 1, 1]))
+def test_constant_embeddings_have_no_components(device):
+    h = embedding_health(
+        np.full((6, 4), 0.1, dtype=np.float32), np.array([0, 0, 0, 1, 1, 1]), device=device
+    )
     assert h["health_pca_components_90"] == h["health_pca_components_99"] == 0
     assert math.isnan(h["health_pca_first_share"]) and math.isnan(h["health_intra_inter_ratio"])
     assert h["health_intra_class_distance_mean"] == h["health_inter_class_distance_mean"] == 0
     assert h["health_inter_class_centroid_distance_min"] == 0
 
 
-def test_a_single_class_or_singletons_leave_the_undefined_numbers_nan():
+def test_a_single_class_or_singletons_leave_the_undefined_numbers_nan(device):
     x = axes([3, 2, 1], 4)
-    one = embedding_health(x, np.zeros(6, dtype=int))
+    one = embedding_health(x, np.zeros(6, dtype=int), device=device)
     distances = [math.dist(a, b) for a, b in itertools.combinations(x, 2)]
     assert one["health_intra_class_distance_mean"] == pytest.approx(np.mean(distances))
     for key in (
@@ -168,22 +181,22 @@ def test_a_single_class_or_singletons_leave_the_undefined_numbers_nan():
         "inter_class_centroid_distance_min",
     ):
         assert math.isnan(one[f"health_{key}"])
-    singletons = embedding_health(x, np.arange(6))
+    singletons = embedding_health(x, np.arange(6), device=device)
     assert math.isnan(singletons["health_intra_class_distance_mean"])
     assert math.isnan(singletons["health_intra_inter_ratio"])
     assert singletons["health_pca_components_99"] == 3
 
 
-def test_non_finite_or_malformed_input():
+def test_non_finite_or_malformed_input(device):
     x = axes([3, 2, 1], 4)
     x[0, 0] = np.nan
-    h = embedding_health(x, np.arange(6))
+    h = embedding_health(x, np.arange(6), device=device)
     assert h["health_pca_dims"] == 4
     assert all(math.isnan(v) for k, v in h.items() if k != "health_pca_dims")
     with pytest.raises(ValueError):
-        embedding_health(np.zeros((0, 4)), np.zeros(0))
+        embedding_health(np.zeros((0, 4)), np.zeros(0), device=device)
     with pytest.raises(ValueError):
-        embedding_health(np.zeros((3, 4)), np.zeros(2))
+        embedding_health(np.zeros((3, 4)), np.zeros(2), device=device)
 
 
 def test_nan_survives_metrics_json(tmp_path):

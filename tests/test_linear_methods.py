@@ -280,7 +280,7 @@ def test_linear_command_writes_every_method_on_digits(tmp_path) -> None:
     (baseline,) = [p for p, c in configs.items() if c.get("features") == "raw inputs"]
     raw = load_features("digits")
     unit = raw.test / np.linalg.norm(raw.test, axis=1, keepdims=True)
-    expected = evaluate(unit, raw.test_labels)["map@r"]
+    expected = evaluate(unit, raw.test_labels).metrics["map@r"]
     assert json.loads((baseline / "metrics.json").read_text())["map@r"] == pytest.approx(expected)
     for method, run_dir in runs.items():
         metrics = json.loads((run_dir / "metrics.json").read_text())

@@ -68,7 +68,7 @@ def test_liu2019_run_records_train_and_test_recall(embedding, tmp_path):
     assert metrics["loss_params"]["miner"] == "easy-positive"
     train = np.load(run_dir / "train_embeddings.npz")
     # R@K, R-Precision and MAP@R (Liu et al. 2019 Table 1 compares R@1); no k-means.
-    expected = evaluate(train["embeddings"], train["labels"], seed=0, clustering=False)
+    expected = evaluate(train["embeddings"], train["labels"], seed=0, clustering=False).metrics
     assert "train_map@r" in metrics and not [k for k in metrics if k.startswith("train_nmi")]
     for key in expected:
         assert metrics[f"train_{key}"] == pytest.approx(expected[key])

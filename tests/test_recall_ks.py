@@ -50,7 +50,7 @@ def test_recall_at_a_data_sets_ks_from_the_one_search(monkeypatch):
         return real(self, queries, k)
 
     monkeypatch.setattr(retrieval.FlatSearch, "__call__", counted)
-    found = evaluate(x, labels, clustering=False, ks=(1, 10, 100, 1000))
+    found = evaluate(x, labels, clustering=False, ks=(1, 10, 100, 1000)).metrics
     # One search (the items' R is 9): for the largest K the set allows, the query itself + 1.
     assert searched == [119 + 1]
     assert [k for k in found if k.startswith("recall@")] == [f"recall@{k}" for k in SOP_KS]
@@ -58,7 +58,7 @@ def test_recall_at_a_data_sets_ks_from_the_one_search(monkeypatch):
         assert found[f"recall@{k}"] == pytest.approx(brute_force_recall(x, labels, k))
     assert found["recall@1000"] == 1.0  # every other item: a match is among them
     assert found["recall@1"] < found["recall@10"] < found["recall@100"]
-    default = evaluate(x, labels, clustering=False)
+    default = evaluate(x, labels, clustering=False).metrics
     assert found["map@r"] == default["map@r"]
     assert found["r_precision"] == default["r_precision"]
     assert found["recall@1"] == default["recall@1"]
@@ -74,7 +74,7 @@ def runs_of_two_versions(results, seeds=3, old_contrastive=True):
     for seed in range(seeds):
         for loss, noise, old in (("contrastive", 0.6, old_contrastive), ("triplet", 1.4, False)):
             emb = (centres[labels] + rng.normal(0, noise, (120, 8))).astype(np.float32)
-            metrics = evaluate(emb, labels, ks=(1, 2, 4, 8) if old else SOP_KS)
+            metrics = evaluate(emb, labels, ks=(1, 2, 4, 8) if old else SOP_KS).metrics
             if old:
                 metrics.pop("r_precision")
             arrays = {"test_embeddings.npz": (emb, labels)}

@@ -32,7 +32,7 @@ def saved_run(tmp_path, seed=0):
     emb, labels = embeddings(seed)
     run = tmp_path / "run"
     atomic_save_npz(run / store.EMBEDDINGS, embeddings=emb, labels=labels)
-    _, scores = evaluate(emb, labels, clustering=False, with_scores=True)
+    scores = evaluate(emb, labels, clustering=False).scores
     store.save_query_scores(run, scores, store.EMBEDDINGS)
     return run, scores
 
@@ -200,7 +200,7 @@ def test_the_bootstrap_is_the_same_from_saved_scores_and_a_second_report_searche
         embedded_run(r, f"bad{seed}", "lifted", seed + 20, noise=1.2)
     # The trainer's way for one run: the scores of its evaluation, saved beside its embeddings.
     emb, labels = np.load(r / "good0" / store.EMBEDDINGS).values()
-    store.save_query_scores(r / "good0", evaluate(emb, labels, with_scores=True)[1])
+    store.save_query_scores(r / "good0", evaluate(emb, labels).scores)
     shutil.copytree(r, tmp_path / "copy")
     first = report_files(r, tmp_path / "rep1")  # the other three scored and saved
     assert all((r / run / store.QUERY_SCORES).is_file() for run in ("good1", "bad0", "bad1"))

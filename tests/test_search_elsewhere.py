@@ -24,9 +24,11 @@ def points(n: int = 300, dims: int = 16, seed: int = 0) -> np.ndarray:
 @pytest.mark.parametrize("k", [1, 7, 299, 500])  # 500: more than the other rows
 def test_each_rows_nearest_others_are_faiss_s(k):
     x = points()
-    found = nearest_others(x, k, CPU)
-    assert found.shape == (300, min(k, 299))
-    assert np.array_equal(found, nearest_others(x, k))
+    dist, found = nearest_others(x, k, CPU)
+    assert found.shape == dist.shape == (300, min(k, 299))
+    faiss_dist, faiss_found = nearest_others(x, k)
+    assert np.array_equal(found, faiss_found)
+    np.testing.assert_allclose(dist, faiss_dist, rtol=1e-5)
     assert not (found == np.arange(300)[:, None]).any()  # never the row itself
 
 
@@ -41,13 +43,13 @@ def test_linear_evaluates_and_ranks_on_the_device_it_is_given(tmp_path, monkeypa
     args = ["linear", "--method", "pca", "--dims", "4", "--seeds", "0", "--device", "cpu"]
     assert CliRunner().invoke(main, [*args, "--results", tmp_path / "faiss"]).exit_code == 0
     searched = []
-    real = torch_knn.torch_knn
-    monkeypatch.setattr(torch_knn, "torch_knn", lambda *a: searched.append(a) or real(*a))
+    real = torch_knn.torch_neighbours
+    monkeypatch.setattr(torch_knn, "torch_neighbours", lambda *a: searched.append(a) or real(*a))
     monkeypatch.setattr(torch_knn, "search_device", lambda device: CPU)  # the CPU as a GPU
     out = CliRunner().invoke(main, [*args, "--results", tmp_path / "torch"])
     assert out.exit_code == 0, out.output
     # mprec's search and the health's closest class means (the evaluator searches with
-    # TorchSearch)
+    # its own chunks of TorchSearch)
     assert len(searched) == 2
     (faiss_run,) = (tmp_path / "faiss").glob("digits-linear-pca-*")
     (torch_run,) = (tmp_path / "torch").glob("digits-linear-pca-*")

@@ -112,7 +112,7 @@ def test_per_query_scores_average_to_the_evaluator_metrics():
     rng = np.random.default_rng(3)
     labels = np.repeat(np.arange(6), 5)
     emb = rng.normal(size=(30, 8)) + labels[:, None] * 0.5
-    scores, metrics = query_scores(emb, labels), evaluate(emb, labels)
+    scores, metrics = query_scores(emb, labels), evaluate(emb, labels).metrics
     for key in ("recall@1", "recall@4", "map@r"):
         assert np.nanmean(scores[key]) == pytest.approx(metrics[key])
 
@@ -123,7 +123,7 @@ def embedded_run(results, name, loss, seed, noise):
     labels = np.repeat(np.arange(10), 20)
     centres = np.random.default_rng(99).normal(size=(10, 16))
     emb = (centres[labels] + rng.normal(0, noise, (200, 16))).astype(np.float32)
-    metrics = evaluate(emb, labels)
+    metrics = evaluate(emb, labels).metrics
     arrays = {"test_embeddings.npz": (emb, labels)}
     return make_run(results, name, arrays=arrays, loss=loss, seed=seed, **metrics)
 

@@ -167,11 +167,12 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
     assert recalls == ["recall@1", "recall@10", "recall@20", "recall@30", "recall@40"]
     expected = evaluate_gallery(
         emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
-    )
+    ).metrics
     assert {k: metrics[k] for k in expected} == pytest.approx(expected, abs=1e-6)
     assert set(expected) == {*recalls, "r_precision", "map@r"}
     assert metrics["nmi"] == pytest.approx(nmi(emb[~queries], labels[~queries]), abs=1e-6)
-    every = evaluate(emb, labels, clustering=False, ks=(1, 10, 20, 30, 40))  # all among all
+    # every item among all
+    every = evaluate(emb, labels, clustering=False, ks=(1, 10, 20, 30, 40)).metrics
     assert {k: every[k] for k in expected} != pytest.approx(expected, abs=1e-3)
     history = (run / "history.csv").read_text().splitlines()[0]
     assert "val_map@r" in history
@@ -200,7 +201,7 @@ def test_inshop_trains_end_to_end_and_scores_queries_in_the_gallery(
         emb, labels = saved["embeddings"], saved["labels"]
         expected = evaluate_gallery(
             emb[queries], labels[queries], emb[~queries], labels[~queries], ks=(1, 10, 20, 30, 40)
-        )
+        ).metrics
         assert {k: base[k] for k in expected} == pytest.approx(expected, abs=1e-6), baseline.name
     # The report's table shows In-Shop's own Recall@K and R-Precision beside MAP@R.
     report = CliRunner().invoke(

@@ -154,7 +154,7 @@ def test_sop_trains_end_to_end_under_the_metric_protocol(
     metrics = json.loads((run / "metrics.json").read_text())
     recalls = [key for key in metrics if key.startswith("recall@")]
     assert recalls == ["recall@1", "recall@10", "recall@100", "recall@1000"]
-    expected = evaluate(saved["embeddings"], saved["labels"], clustering=False, ks=SOP_KS)
+    expected = evaluate(saved["embeddings"], saved["labels"], clustering=False, ks=SOP_KS).metrics
     assert {key: metrics[key] for key in expected} == pytest.approx(expected, abs=1e-6)
     assert "r_precision" in expected and "recall@2" not in expected
     report = CliRunner().invoke(

@@ -100,7 +100,9 @@ def test_the_scale_rows_run_each_evaluator_in_a_process_of_its_own():
     assert not any(str(row[k]).startswith("failed") for k in ("ours", "faiss 8-NN", "PML"))
     assert row["MAP@R ours"] == pytest.approx(row["MAP@R PML"], rel=1e-9)
     x, labels = skewed_set(300, 8)
-    assert row["MAP@R ours"] == pytest.approx(evaluate(x, labels, clustering=False)["map@r"])
+    assert row["MAP@R ours"] == pytest.approx(
+        evaluate(x, labels, clustering=False).metrics["map@r"]
+    )
     seconds = {k: float(row[k].split(" s,")[0]) for k in ("ours", "faiss 8-NN", "PML")}
     assert row["ours / faiss"] == pytest.approx(seconds["ours"] / seconds["faiss 8-NN"], rel=1e-3)
     assert row["PML / ours"] == pytest.approx(seconds["PML"] / seconds["ours"], rel=1e-3)
@@ -286,14 +288,19 @@ def test_the_device_kmeans_row_times_faiss_against_torch_with_both_nmis(monkeypa
 
 def test_the_device_health_row_times_the_cpus_health_against_torchs(monkeypatch):
     import bench.evaluation.health as health
-    from bench.evaluation.device_health import DeviceHealth
     from bench.speed.device_search import RAW_DIMS, device_health_benchmark, largest_difference
     from bench.speed.scale import skewed_set
 
-    made = []
-    monkeypatch.setattr(health, "DeviceHealth", lambda x, d: made.append(d) or DeviceHealth(x, d))
+    made, spectrum = [], health.variance_spectrum
+
+    def recorded(x):
+        made.append(torch.is_tensor(x))  # a tensor: torch's parts, on the device
+        return spectrum(x)
+
+    monkeypatch.setattr(health, "variance_spectrum", recorded)
     (row,) = device_health_benchmark([300], "cpu")
-    assert made == [torch.device("cpu")] * 2  # the warm-up, then the timed run
+    # torch's warm-up, the CPU's timed run (numpy's), then torch's
+    assert made == [True, False, True]
     assert row["items"] == 300 and row["dims"] == RAW_DIMS == 3072
     assert row["CPU / torch"] == pytest.approx(row["CPU_s"] / row["torch (cpu)_s"])
     assert row["largest relative difference"] < 1e-9
@@ -309,7 +316,7 @@ def test_the_search_parts_rows_time_each_part_of_one_chunk():
 
     from bench.cli import main
     from bench.speed.device_search import WIDER, search_parts_benchmark
-    from bench.util.torch_knn import chunk_rows
+    from bench.util.arrays import chunk_rows
 
     cells = 2**16  # chunks of 21 and 2 queries (and 8x that), as 2**26 gives at 1,000,000
     rows = search_parts_benchmark([3000, 30000], "cpu", repeats=1, cells=cells)

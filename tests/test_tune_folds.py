@@ -61,7 +61,7 @@ def test_the_report_gives_the_folds_mean_and_the_concatenation(folds_report):
         saved = [np.load(m["path"].parent / "test_embeddings.npz") for m in models]
         joined = np.hstack([normalised(s["embeddings"]) for s in saved]).astype(np.float32)
         assert joined.shape[1] == 16  # 2 models x 8 dims
-        expected = evaluate(joined, saved[0]["labels"], seed=seed, best_of=False)
+        expected = evaluate(joined, saved[0]["labels"], seed=seed, best_of=False).metrics
         row = per_seed[(per_seed.seed == seed) & (per_seed.embedding == CONCATENATED)].iloc[0]
         assert {m: row[m] for m in METRIC_KEYS} == pytest.approx(
             {m: expected[m] for m in METRIC_KEYS}, abs=1e-6

@@ -144,7 +144,7 @@ def run_linear_method(
     }
     atomic_write_json(target / store.CONFIG, config)
     ks = recall_ks(dataset)
-    found, scores = evaluate(emb, labels, seed=seed, with_scores=True, ks=ks, device=device)
+    found, scores = evaluate(emb, labels, seed=seed, ks=ks, device=device)
     store.save_test_embeddings(target, emb, labels, scores)
     curve = mprec_at_k(emb, labels, device=device)
     table = pd.DataFrame({"K": np.arange(1, len(curve) + 1), "mprec": curve})

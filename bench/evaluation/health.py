@@ -24,22 +24,30 @@ GB of data, 2.85 GB before.
 
 A number that is undefined (no same-class pair, a single class, no variance) is NaN, which
 Python's json writes and reads back as NaN.
+
+The costly parts (the covariance's eigenvalues, the pair distances, the class means and their
+nearest pair) are written once over numpy arrays or torch tensors (`bench.util.arrays.
+namespace`): on the CPU in numpy and faiss, to the bit as before; on a run's device in torch
+(issue 44: on a GPU the raw inputs' baseline at 3,072 dimensions spent seconds of the run's
+start on the CPU), agreeing with the CPU's to float64 rounding.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING
-
 import numpy as np
+import torch
 
-from bench.evaluation.device_health import DeviceHealth
-from bench.util.arrays import chunks, row_chunks
-from bench.util.knn import knn
-
-if TYPE_CHECKING:
-    import torch
+from bench.util.arrays import (
+    CHUNK_VALUES,
+    Array,
+    add_rows,
+    chunks,
+    host,
+    like,
+    namespace,
+    row_chunks,
+)
+from bench.util.torch_knn import nearest_others
 
 HEALTH_KEYS = tuple(
     f"health_{k}"
@@ -55,28 +63,30 @@ HEALTH_KEYS = tuple(
     )
 )
 MAX_PAIRS = 100_000
-# Pair differences a chunk (512 KiB): held in a core's cache, 3x faster than CHUNK_VALUES at
-# 1,024 dims (200,000 pairs: 0.34 s against 1.1 s on one CPU thread), the same distances.
+# Pair differences a chunk on the CPU (512 KiB): held in a core's cache, 3x faster than
+# CHUNK_VALUES at 1,024 dims (200,000 pairs: 0.34 s against 1.1 s on one CPU thread), the same
+# distances. A device takes CHUNK_VALUES: fewer, larger steps.
 PAIR_CHUNK_VALUES = 1 << 16
 THRESHOLDS = (0.90, 0.99)
 
 
-def variance_spectrum(x: np.ndarray) -> np.ndarray:
-    """The variances along the principal axes of the rows of `x`, largest first, from the
-    eigenvalues of the smaller of its covariance and Gram matrices (a full SVD of 50,000 x 128
-    takes seconds; this, a fraction of one). The covariance is summed in float64 a chunk of
-    rows at a time, so that no float64 copy of a large `x` is held."""
-    mean = x.mean(axis=0, dtype=np.float64)
+def variance_spectrum(x: Array) -> np.ndarray:
+    """The variances along the principal axes of the rows of `x` (an array or a tensor),
+    largest first, from the eigenvalues of the smaller of its covariance and Gram matrices (a
+    full SVD of 50,000 x 128 takes seconds; this, a fraction of one). The covariance is summed
+    in float64 a chunk of rows at a time, so that no float64 copy of a large `x` is held."""
+    xp, f64 = namespace(x), namespace(x).float64
+    mean = xp.mean(x, axis=0, dtype=f64)
     if len(x) >= x.shape[1]:
-        gram = np.zeros((x.shape[1], x.shape[1]))
+        gram = xp.zeros((x.shape[1], x.shape[1]), dtype=f64, device=x.device)
         for rows in row_chunks(x):
-            centred = x[rows].astype(np.float64) - mean
+            centred = xp.asarray(x[rows], dtype=f64) - mean
             gram += centred.T @ centred
     else:  # fewer rows than dimensions: a small x
-        centred = x.astype(np.float64) - mean
+        centred = xp.asarray(x, dtype=f64) - mean
         gram = centred @ centred.T
-    values = np.clip(np.linalg.eigvalsh(gram), 0.0, None)[::-1]
-    return values / max(len(x) - 1, 1)
+    values = xp.flip(xp.clip(xp.linalg.eigvalsh(gram), 0.0, None), (0,))
+    return host(values) / max(len(x) - 1, 1)
 
 
 def components_holding(spectrum: np.ndarray, share: float) -> int:
@@ -145,14 +155,17 @@ def different_class_pairs(
     return order[starts[c] + a], order[b]
 
 
-def pair_distances(x: np.ndarray, i: np.ndarray, j: np.ndarray) -> np.ndarray:
-    """Euclidean distances of rows i[p] and j[p], a chunk of pairs at a time, summed in
-    float64 (float32 rows are gathered as they are: a third of the time at 4,096 dims)."""
-    out = np.empty(len(i))
-    for pairs in chunks(len(i), x.shape[1], PAIR_CHUNK_VALUES):
-        d = (x[i[pairs]] - x[j[pairs]]).astype(np.float64, copy=False)
-        out[pairs] = np.sqrt(np.einsum("pk,pk->p", d, d))
-    return out
+def pair_distances(x: Array, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Euclidean distances of rows i[p] and j[p] of `x` (an array or a tensor), a chunk of
+    pairs at a time, summed in float64 (float32 rows are gathered as they are: a third of the
+    time at 4,096 dims)."""
+    xp, i, j = namespace(x), like(i, x), like(j, x)
+    out = xp.empty(len(i), dtype=xp.float64, device=x.device)
+    step = PAIR_CHUNK_VALUES if xp is np else CHUNK_VALUES
+    for pairs in chunks(len(i), x.shape[1], step):
+        d = xp.asarray(x[i[pairs]] - x[j[pairs]], dtype=xp.float64)
+        out[pairs] = xp.sqrt(xp.einsum("pk,pk->p", d, d))
+    return host(out)
 
 
 def mean_or_nan(values: np.ndarray) -> float:
@@ -160,38 +173,35 @@ def mean_or_nan(values: np.ndarray) -> float:
 
 
 def pair_means(
-    x: np.ndarray,
-    labels: np.ndarray,
-    seed: int,
-    max_pairs: int = MAX_PAIRS,
-    distances: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+    x: Array, labels: np.ndarray, seed: int, max_pairs: int = MAX_PAIRS
 ) -> tuple[float, float]:
-    """(mean same-class distance, mean different-class distance): over all pairs where there
-    are at most 2 x `max_pairs`, else over `max_pairs` sampled pairs of each kind. `distances`
-    of pairs (i, j) of rows of `x`: `pair_distances` on the CPU unless given."""
-    distances = distances or functools.partial(pair_distances, x)
+    """(mean same-class distance, mean different-class distance) of the rows of `x` (an array
+    or a tensor): over all pairs where there are at most 2 x `max_pairs`, else over
+    `max_pairs` sampled pairs of each kind."""
     n = len(x)
     if n * (n - 1) // 2 <= 2 * max_pairs:
         i, j = np.triu_indices(n, 1)
-        d, same = distances(i, j), labels[i] == labels[j]
+        d, same = pair_distances(x, i, j), labels[i] == labels[j]
         return mean_or_nan(d[same]), mean_or_nan(d[~same])
     rng = np.random.default_rng(seed)
-    intra = distances(*same_class_pairs(labels, rng, max_pairs))
-    inter = distances(*different_class_pairs(labels, rng, max_pairs))
+    intra = pair_distances(x, *same_class_pairs(labels, rng, max_pairs))
+    inter = pair_distances(x, *different_class_pairs(labels, rng, max_pairs))
     return mean_or_nan(intra), mean_or_nan(inter)
 
 
-def closest_centroids(x: np.ndarray, labels: np.ndarray) -> float:
-    """The distance between the two closest class means; NaN for a single class."""
+def closest_centroids(x: Array, labels: np.ndarray, device: torch.device | None = None) -> float:
+    """The distance between the two closest class means of the rows of `x` (an array, or a
+    tensor on `device`); NaN for a single class."""
     classes, codes, counts = np.unique(labels, return_inverse=True, return_counts=True)
     if len(classes) < 2:
         return float("nan")
-    sums = np.zeros((len(classes), x.shape[1]))
+    xp, codes = namespace(x), like(codes, x)
+    sums = xp.zeros((len(classes), x.shape[1]), dtype=xp.float64, device=x.device)
     for rows in row_chunks(x):  # no copy of x: a chunk of rows at a time
-        np.add.at(sums, codes[rows], x[rows])
-    centroids = sums / counts[:, None]
-    squared, idx = knn(centroids, 1)
-    # faiss finds the pair in float32; its distance is measured again in float64.
+        add_rows(sums, codes[rows], xp.asarray(x[rows], dtype=xp.float64))
+    centroids = host(sums) / counts[:, None]
+    squared, idx = nearest_others(centroids, 1, device)
+    # The search finds the pair in float32; its distance is measured again in float64.
     a = int(np.argmin(squared[:, 0]))
     return float(np.linalg.norm(centroids[a] - centroids[idx[a, 0]]))
 
@@ -217,15 +227,10 @@ def embedding_health(
         )
     if not np.isfinite(x).all():
         return {k: float("nan") for k in HEALTH_KEYS} | {"health_pca_dims": int(x.shape[1])}
-    if device is None:
-        health = pca_health(x, variance_spectrum(x))
-        intra, inter = pair_means(x, labels, seed)
-        closest = closest_centroids(x, labels)
-    else:
-        on = DeviceHealth(x, device)
-        health = pca_health(x, on.spectrum())
-        intra, inter = pair_means(x, labels, seed, distances=on.pair_distances)
-        closest = on.closest_centroids(labels)
+    rows = x if device is None else torch.from_numpy(np.ascontiguousarray(x)).to(device)
+    health = pca_health(x, variance_spectrum(rows))
+    intra, inter = pair_means(rows, labels, seed)
+    closest = closest_centroids(rows, labels, device)
     health["intra_class_distance_mean"] = intra
     health["inter_class_distance_mean"] = inter
     health["intra_inter_ratio"] = intra / inter if inter > 0 else float("nan")

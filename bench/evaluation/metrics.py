@@ -1,11 +1,12 @@
-"""The common evaluator: Recall@K, NMI, R-Precision and MAP@R of one embedding, from one faiss
-kNN search."""
+"""The common evaluator: Recall@K, NMI, R-Precision and MAP@R of one embedding, from one exact
+kNN search (`retrieval`)."""
 
 from __future__ import annotations
 
 import re
 import time
 from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -51,6 +52,14 @@ CLUSTERING = {
 Scores = dict[str, np.ndarray]  # each query's recall@K hits and AP@R, in query order
 
 
+class Evaluation(NamedTuple):
+    """One evaluation's metrics, and each query's scores from the same search (what
+    `bench.runs.store.save_query_scores` keeps for the report's bootstrap)."""
+
+    metrics: dict[str, float]
+    scores: Scores
+
+
 def evaluate(
     embeddings: np.ndarray,
     labels: np.ndarray,
@@ -58,19 +67,16 @@ def evaluate(
     clustering: bool = True,
     best_of: bool = True,
     chunk: int | None = None,
-    with_scores: bool = False,
     device=None,
     ks: Sequence[int] = RECALL_KS,
-) -> dict | tuple[dict, Scores]:
+) -> Evaluation:
     """All retrieval and clustering metrics of one embedding of a labelled set: R@K for each K
     of `ks`, R-Precision, MAP@R, and NMI of one
     k-means run as PML's, and (`best_of`) the best of 5 restarts as `nmi_best_of_5`. Without
     `clustering` (validation, which selects by MAP@R) no k-means runs: R@K and MAP@R only.
-    `chunk`: queries searched at a time (default: `retrieval.chunk_rows`). `with_scores`:
-    (metrics, each query's scores as `retrieval.query_scores` gives them), from the same
-    search (what `bench.runs.store.save_query_scores` keeps for the report). `device`: the
-    search in torch on it (`device_retrieval`), and k-means too (`bench.util.torch_kmeans`);
-    None: faiss on the CPU."""
+    `chunk`: queries searched at a time. The scores: each query's, as `retrieval.query_scores`
+    gives them. `device`: the search in torch on it, and k-means too
+    (`bench.util.torch_kmeans`); None: faiss on the CPU."""
     labels = np.asarray(labels)
     scores = query_scores(embeddings, labels, chunk, device, ks)
     metrics = {key: float(v.mean()) for key, v in scores.items() if recall_k(key) is not None}
@@ -88,7 +94,7 @@ def evaluate(
         metrics[f"nmi_best_of_{BEST_OF}"] = nmi_best_of(embeddings, labels, seed, BEST_OF, device)
     for key in (R_PRECISION, "map@r"):
         metrics[key] = float(np.nanmean(scores[key]))
-    return (metrics, scores) if with_scores else metrics
+    return Evaluation(metrics, scores)
 
 
 def evaluate_gallery(
@@ -97,15 +103,13 @@ def evaluate_gallery(
     gallery: np.ndarray,
     gallery_labels: np.ndarray,
     chunk: int | None = None,
-    with_scores: bool = False,
     device=None,
     ks: Sequence[int] = RECALL_KS,
-) -> dict | tuple[dict, Scores]:
+) -> Evaluation:
     """R@K, R-Precision and MAP@R of queries searched in a separate gallery (In-Shop's
     protocol): R is the number of gallery items of the query's class, and queries whose class
     has none are left out, as PML's AccuracyCalculator does (`reference=`,
-    `ref_includes_query=False`). `with_scores`: (metrics, each query's scores as
-    `retrieval.gallery_scores` gives them, NaN for those). `device`, `ks`: as `evaluate`'s."""
+    `ref_includes_query=False`). The scores: each query's, as `retrieval.gallery_scores` gives
+    them, NaN for those. `device`, `ks`: as `evaluate`'s."""
     scores = gallery_scores(queries, query_labels, gallery, gallery_labels, chunk, device, ks)
-    metrics = {key: float(np.nanmean(values)) for key, values in scores.items()}
-    return (metrics, scores) if with_scores else metrics
+    return Evaluation({key: float(np.nanmean(values)) for key, values in scores.items()}, scores)

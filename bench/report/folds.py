@@ -65,10 +65,10 @@ def concatenated_metrics(
     queries = saved_query_flags(runs["path"].iloc[0])
     ks = [k for k in map(recall_k, shown) if k is not None]
     if queries is None:
-        found = evaluate(joined, labels, seed=seed, best_of=False, ks=ks)
+        found = evaluate(joined, labels, seed=seed, best_of=False, ks=ks).metrics
     else:
         q, g = queries, ~queries
-        found = evaluate_gallery(joined[q], labels[q], joined[g], labels[g], ks=ks)
+        found = evaluate_gallery(joined[q], labels[q], joined[g], labels[g], ks=ks).metrics
     return {m: found[m] for m in shown if m in found}
 
 

@@ -76,7 +76,7 @@ def top1_correct(
     nearest gallery item (a gallery item's own: False, it is never a query)."""
     labels = np.asarray(labels)
     if gallery is None:
-        return labels[nearest_others(embeddings, 1, device)[:, 0]] == labels
+        return labels[nearest_others(embeddings, 1, device)[1][:, 0]] == labels
     queries = np.flatnonzero(~np.asarray(gallery, bool))
     right = np.zeros(len(labels), bool)
     right[queries] = labels[retrieved(embeddings, queries, 1, gallery)[:, 0]] == labels[queries]

@@ -73,7 +73,7 @@ def evaluator_benchmark(sizes=(10_000, 50_000), dims: int = 128, classes: int = 
     for n in sizes:
         x, labels = clustered_embeddings(n, dims, classes)
         start = time.perf_counter()
-        ours = evaluate(x, labels, best_of=False)
+        ours = evaluate(x, labels, best_of=False).metrics
         t_ours = time.perf_counter() - start
         start = time.perf_counter()
         pml = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(labels))

@@ -137,7 +137,7 @@ def cpu_and_device(
 def device_health_benchmark(sizes: list[int], device: str) -> list[dict]:
     """Per size (3,072-d: the raw inputs' baseline of 32 x 32 colour images; one class of
     10 %): the embedding's health as a run on the CPU computes it (numpy and faiss) against
-    torch's on `device` (`bench.evaluation.device_health`), each timed once after a warm-up,
+    torch's on `device` (`bench.evaluation.health`), each timed once after a warm-up,
     with the largest relative difference between their numbers."""
     from bench.evaluation.health import embedding_health
 
@@ -209,8 +209,9 @@ def chunk_parts(
     """The queries in one chunk of `cells` distances of a search among n random 128-d items,
     and (name, the share of the queries it runs for, the part as a call) of each part of its
     search; with `candidates`, those of a faster search's candidates as well."""
-    from bench.evaluation.device_retrieval import precision_and_ap
-    from bench.util.torch_knn import chunk_rows, in_index_order
+    from bench.evaluation.retrieval import ap_at_r, r_precision
+    from bench.util.arrays import chunk_rows
+    from bench.util.torch_knn import in_index_order
 
     gen = torch.Generator(on).manual_seed(0)
     search = TorchSearch(torch.randn(n, DIMS, device=on, generator=gen), on)
@@ -226,7 +227,7 @@ def chunk_parts(
         ("top-k, k 12", small, lambda: torch.topk(dist, 12, dim=1, largest=False, sorted=False)),
         (f"top-k, k {big}", large, lambda: torch.topk(dist, big, 1, largest=False, sorted=False)),
         (f"ordering {big}", large, lambda: in_index_order(top.values, top.indices)),
-        (f"scores of {big}", large, lambda: precision_and_ap(same, r)),
+        (f"scores of {big}", large, lambda: (r_precision(same, r), ap_at_r(same, r, big))),
     ]
     if candidates:
         parts += [

@@ -76,7 +76,7 @@ def run_metrics(emb: np.ndarray, labels: np.ndarray, seed: int) -> tuple[dict, d
     """metrics.json's measured part (test and training metrics, health) and the per-query
     scores, from the one search the trainer makes; the training split is the test split
     again, and NMI is R@1's stand-in (k-means would take most of the time to write)."""
-    metrics, scores = evaluate(emb, labels, clustering=False, with_scores=True)
+    metrics, scores = evaluate(emb, labels, clustering=False)
     metrics.update(nmi=metrics["recall@1"], nmi_best_of_5=metrics["recall@1"])
     metrics.update(embedding_health(emb, labels, seed=seed))
     metrics.update({f"train_{k}": v for k, v in metrics.items() if not k.startswith("health")})

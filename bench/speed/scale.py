@@ -246,8 +246,9 @@ def crossover_benchmark(
     of the items (the scale rows' large class): above the R where the ratio passes 1, ranking
     a class's queries is cheaper even where every query of a chunk is one of them. faiss
     searches `queries` at once (its own block of 4,096 by default: fewer make it slower per
-    query), the ranking its chunks (`large_chunk_rows`), as the evaluator does."""
-    from bench.evaluation.retrieval import large_chunk_rows
+    query), the ranking its chunks (of LARGE_CELLS cells), as the evaluator does."""
+    from bench.evaluation.retrieval import LARGE_CELLS
+    from bench.util.arrays import chunk_rows
     from bench.util.knn import ExactRanking, FlatSearch
 
     x = np.random.default_rng(0).standard_normal((n, dims), dtype=np.float32)
@@ -260,7 +261,7 @@ def crossover_benchmark(
         return (time.perf_counter() - start) * 1e3 / len(q)
 
     def ranking_ms(r: int) -> float:
-        rows = large_chunk_rows(n, r)  # the evaluator's chunks for a largest R
+        rows = chunk_rows(n + 6 * r, LARGE_CELLS)  # the evaluator's chunks for a largest R
         start = time.perf_counter()
         for a in range(0, len(q), rows):
             b = min(a + rows, len(q))

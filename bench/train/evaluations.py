@@ -66,9 +66,7 @@ def retrieval_scores(
     if not protocol.gallery:
         clustering, left_out = fitted_clustering(clustering, emb, labels, BEST_OF, device)
         found = CLUSTERING[clustering]
-        metrics, scores = evaluate(
-            emb, labels, seed=seed, with_scores=True, device=device, ks=ks, **found
-        )
+        metrics, scores = evaluate(emb, labels, seed=seed, device=device, ks=ks, **found)
         return noted(metrics, left_out), scores
     if queries is None or len(queries) != len(labels):
         raise ValueError(
@@ -95,9 +93,8 @@ def gallery_metrics(
     gallery, gallery_labels = emb[~queries], labels[~queries]
     clustering, left_out = fitted_clustering(clustering, gallery, gallery_labels, BEST_OF, device)
     found, scores = evaluate_gallery(
-        emb[queries], labels[queries], gallery, gallery_labels, with_scores=True, device=device,
-        ks=ks,
-    )  # fmt: skip
+        emb[queries], labels[queries], gallery, gallery_labels, device=device, ks=ks
+    )
     last = (R_PRECISION, "map@r")  # after NMI, as `evaluate` orders them
     metrics = {key: value for key, value in found.items() if key not in last}
     if CLUSTERING[clustering]["clustering"]:

@@ -196,7 +196,7 @@ class Trainer:
         fault = distance_fault(emb)
         if fault:
             raise Diverged(epoch, f"validation embeddings: {fault}", float("nan"))
-        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False, **self.search)
+        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False, **self.search).metrics
         for evaluation in self.evaluations:
             metrics.update(evaluation.validate(self, emb, labels))
         metrics["score"] = self.protocol.score_of(metrics)
@@ -381,7 +381,7 @@ class Trainer:
         # R@K, MAP@R on the training split: how far test falls from it (Liu et al. 2019, Table 1)
         train_metrics = evaluate(
             train, train_labels, seed=self.cfg.seed, clustering=False, **self.search
-        )
+        ).metrics
         metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
         metrics.update(
             run_summary(

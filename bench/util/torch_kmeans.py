@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from bench.util.torch_knn import CELLS, TorchSearch, chunk_rows, chunks
+from bench.util.arrays import chunks
+from bench.util.torch_knn import CELLS, TorchSearch
 
 EPS = 1 / 1024  # faiss's perturbation of a split centroid
 REDO_STEP = 15486557  # faiss's seed offset between starts
@@ -26,10 +27,7 @@ def nearest_centroid(
     """Each row's squared distance to its nearest centroid and that centroid's index (the
     lowest of tied ones), at most `cells` distances at a time."""
     search = TorchSearch(centroids, x.device)
-    found = [
-        search.distances(x[start:stop]).min(1)
-        for start, stop in chunks(len(x), chunk_rows(len(centroids), cells))
-    ]
+    found = [search.distances(x[rows]).min(1) for rows in chunks(len(x), len(centroids), cells)]
     return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
 
 

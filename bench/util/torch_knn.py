@@ -15,6 +15,7 @@ from collections.abc import Iterator
 import numpy as np
 import torch
 
+from bench.util.arrays import chunk_rows
 from bench.util.knn import knn, uses_gpu
 
 CELLS = 2**26  # distances held at once: 256 MiB of float32
@@ -43,11 +44,6 @@ def device_cells(device: str | torch.device) -> int:
         return CELLS
     free, _ = torch.cuda.mem_get_info(device)
     return max(CELLS, min(GPU_CELLS, free // (4 * FREE_SHARE)))
-
-
-def chunk_rows(items: int, cells: int = CELLS) -> int:
-    """Queries a chunk holds when each has `items` distances."""
-    return max(1, cells // max(items, 1))
 
 
 class TorchSearch:
@@ -118,42 +114,49 @@ def in_index_order(values: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tenso
     return values.gather(1, order), idx.gather(1, order)
 
 
-def chunks(n: int, rows: int) -> Iterator[tuple[int, int]]:
-    for start in range(0, n, max(rows, 1)):
-        yield start, min(n, start + rows)
-
-
-def torch_search(
-    base: np.ndarray, queries: np.ndarray, k: int, device: str | torch.device
-) -> tuple[np.ndarray, np.ndarray]:
-    """`bench.util.knn.search` on `device`: (distances, indices) of the k nearest base rows."""
-    search = TorchSearch(base, device)
-    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
-    found = []
-    with torch.no_grad():
-        for start, stop in chunks(len(q), chunk_rows(len(search), device_cells(search.device))):
-            dist, idx = search.nearest(q[start:stop].to(search.device), k)
-            found.append((dist.cpu().numpy(), idx.cpu().numpy()))
-    return np.concatenate([d for d, _ in found]), np.concatenate([i for _, i in found])
+def nearest_chunks(
+    search: TorchSearch,
+    queries: torch.Tensor,
+    need: np.ndarray,
+    exclude_self: bool = False,
+    which: np.ndarray | None = None,
+    rows: int | None = None,
+) -> Iterator[tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]]:
+    """The queries `which` (default: all) in chunks of `rows` (default: `device_cells`
+    distances) of like `need`, sorted by it: (the chunk's query indices, on the device; their
+    nearest base rows as `TorchSearch.nearest` gives them, as many as the chunk's largest
+    need). With `exclude_self`, base row i is query i, left out of its own results."""
+    which = np.arange(len(queries)) if which is None else which
+    order = which[np.argsort(need[which], kind="stable")]
+    ordered = torch.from_numpy(order).to(search.device)
+    step = rows or chunk_rows(len(search), device_cells(search.device))
+    for start in range(0, len(order), step):
+        picked = ordered[start : start + step]
+        k = int(need[order[: start + step][-1]])
+        yield picked, search.nearest(queries[picked], k, picked if exclude_self else None)
 
 
 @torch.no_grad()
-def torch_knn(x: torch.Tensor, k: int) -> torch.Tensor:
-    """`bench.util.knn.knn`'s indices on x's device: each row's k nearest other rows (the row
-    itself left out by index, its duplicates kept), by distance, then index."""
+def torch_neighbours(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`bench.util.knn.knn` on x's device: each row's k nearest other rows (the row itself left
+    out by index, its duplicates kept), (squared distances, indices), by distance, then index."""
     search = TorchSearch(x, x.device)
-    found = []
-    for start, stop in chunks(len(x), chunk_rows(len(x), device_cells(x.device))):
-        rows = torch.arange(start, stop, device=search.device)
-        found.append(search.nearest(search.base[start:stop], k, exclude=rows)[1])
-    return torch.cat(found)
+    found = [f for _, f in nearest_chunks(search, search.base, np.full(len(x), k), True)]
+    return torch.cat([d for d, _ in found]), torch.cat([i for _, i in found])
 
 
-def nearest_others(x: np.ndarray, k: int, device: torch.device | None = None) -> np.ndarray:
-    """`bench.util.knn.knn`'s indices: each row's k nearest other rows (at most N - 1), by
-    faiss on the CPU (`device` None) or by torch on `device` (`search_device`)."""
+def torch_knn(x: torch.Tensor, k: int) -> torch.Tensor:
+    """`torch_neighbours`' indices."""
+    return torch_neighbours(x, k)[1]
+
+
+def nearest_others(
+    x: np.ndarray, k: int, device: torch.device | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`bench.util.knn.knn`: each row's k nearest other rows (at most N - 1), (squared
+    distances, indices), by faiss on the CPU (`device` None) or by torch on `device`
+    (`search_device`)."""
     if device is None:
-        return knn(x, k)[1]
-    k = min(k, len(x) - 1)
+        return knn(x, k)
     rows = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32)).to(device)
-    return torch_knn(rows, k).cpu().numpy()
+    return tuple(a.cpu().numpy() for a in torch_neighbours(rows, min(k, len(x) - 1)))
