@@ -4,7 +4,6 @@ them, and the checks of an embedding and of weights before any data is read."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 
 from torch import nn
 
@@ -69,49 +68,35 @@ def input_normalization(name: str) -> tuple[tuple[float, ...], tuple[float, ...]
     return given.mean, given.std
 
 
-# What a builder gives: the feature extractor, its features' size, the input channels it takes.
-Built = tuple[nn.Module, int, int]
+# What a builder gives: the feature extractor and its features' size. Its arguments, by name:
+# `build_backbone`'s, with the backbone's spec for its name.
+Built = tuple[nn.Module, int]
 
 
-@dataclass(frozen=True)
-class Asked:
-    """What a builder is asked for: `build_backbone`'s arguments, the backbone's spec for its
-    name."""
-
-    spec: BackboneSpec
-    pretrained: str
-    in_channels: int = 3
-    embedding: str = "fc"
-    pooling: str = "avg"
-    image_size: int | None = None
-
-
-def _torchvision(asked: Asked) -> Built:
-    spec = asked.spec
-    model = torchvision_model(spec, asked.pretrained)
+def _torchvision(spec: BackboneSpec, pretrained: str, embedding: str, pooling: str, **_) -> Built:
+    model = torchvision_model(spec, pretrained)
     if spec.keep_resolution:
         keep_resolution(model)
-    if asked.pooling != "avg":  # the ResNets' and GoogLeNet's global average pool
-        model.avgpool = Pool(asked.pooling)
-    gap = asked.embedding == "gap"
+    if pooling != "avg":  # the ResNets' and GoogLeNet's global average pool
+        model.avgpool = Pool(pooling)
+    gap = embedding == "gap"
     if gap and spec.gap_drops:  # the GAP embedding is the pooled map itself
         setattr(model, spec.gap_drops, nn.Identity())
-    return truncate(model, spec.cut), int((spec.gap if gap else spec.features) or 0), 3
+    return truncate(model, spec.cut), int((spec.gap if gap else spec.features) or 0)
 
 
-def _vgg16_tiny(asked: Asked) -> Built:
-    if asked.pretrained == "imagenet":
+def _vgg16_tiny(pretrained: str, embedding: str, pooling: str, **_) -> Built:
+    if pretrained == "imagenet":
         raise ValueError(
             "there are no ImageNet weights for vgg16_tiny; use pretrained='none' or a path to "
             "a state dict of bench's VGG16Tiny"
         )
     model = VGG16Tiny()
-    if asked.pretrained != "none":
-        load_local_state(model, "vgg16_tiny", asked.pretrained, source="bench's")
-    if asked.embedding == "gap":
-        pooled = nn.Sequential(model.features, pool_layer(asked.pooling), nn.Flatten())
-        return pooled, model.channels, 3
-    return model, model.out_features, 3
+    if pretrained != "none":
+        load_local_state(model, "vgg16_tiny", pretrained, source="bench's")
+    if embedding == "gap":
+        return nn.Sequential(model.features, pool_layer(pooling), nn.Flatten()), model.channels
+    return model, model.out_features
 
 
 SMALL_CNN_FIRST_CONV = "body.0.0.weight"  # (width, input channels, 3, 3)
@@ -126,54 +111,56 @@ def _small_cnn_weights(name: str, pretrained: str, in_channels: int) -> tuple[Ma
     return state, in_channels
 
 
-def _small_cnn(asked: Asked) -> Built:
+def _small_cnn(
+    spec: BackboneSpec, pretrained: str, in_channels: int, embedding="fc", pooling="avg", **_
+) -> Built:
     """SmallCNN, from a random init or from a state dict of its backbone (`nngk-bench
     pretrain`); the state dict's first layer fixes the input channels, to which EmbeddingNet
     adapts the images (grey glyphs weights on colour images: their mean)."""
-    name, pretrained = asked.spec.name, asked.pretrained
     if pretrained == "imagenet":
         raise ValueError(
-            f"there are no ImageNet weights for {name}; use pretrained='none' or a state dict "
-            "PATH of its backbone (nngk-bench pretrain writes one)"
+            f"there are no ImageNet weights for {spec.name}; use pretrained='none' or a state "
+            "dict PATH of its backbone (nngk-bench pretrain writes one)"
         )
-    state, in_channels = _small_cnn_weights(name, pretrained, asked.in_channels)
-    grid = 1 if asked.embedding == "gap" else SmallCNN.grid
-    norm = "batch" if asked.spec.batch_norm else "group"
-    net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm, pooling=asked.pooling)
+    state, in_channels = _small_cnn_weights(spec.name, pretrained, in_channels)
+    grid = 1 if embedding == "gap" else SmallCNN.grid
+    norm = "batch" if spec.batch_norm else "group"
+    net = SmallCNN(in_channels=in_channels, grid=grid, norm=norm, pooling=pooling)
     if state is not None:
-        load_local_state(net, name, pretrained, source="bench's", state=state)
-    return net, net.out_features, in_channels
+        load_local_state(net, spec.name, pretrained, source="bench's", state=state)
+    return net, net.out_features
 
 
-def _vectors(asked: Asked) -> Built:
-    spec, channels = asked.spec, asked.in_channels  # the length of the feature vectors
-    if asked.pretrained != "none":
-        raise ValueError(
-            f"{spec.name} has no pretrained weights; got pretrained={asked.pretrained!r}"
-        )
-    # linear: the embedding is a projection of the vectors themselves.
-    net = MLPHead(channels, spec.features) if spec.features else nn.Flatten()
-    return net, spec.features or channels, channels
+def _vectors(spec: BackboneSpec, pretrained: str, in_channels: int, **_) -> Built:
+    if pretrained != "none":
+        raise ValueError(f"{spec.name} has no pretrained weights; got pretrained={pretrained!r}")
+    # in_channels: the length of the feature vectors. linear: the embedding is a projection.
+    net = MLPHead(in_channels, spec.features) if spec.features else nn.Flatten()
+    return net, spec.features or in_channels
 
 
-BUILDERS: dict[str, Callable[[Asked], Built]] = {
+BUILDERS: dict[str, Callable[..., Built]] = {
     "torchvision": _torchvision,
     "vgg16_tiny": _vgg16_tiny,
     "small_cnn": _small_cnn,
     "vectors": _vectors,
-    "bninception": lambda a: (*build_bninception(a.pretrained, a.pooling, a.image_size), 3),
-    "timm": lambda a: (*build_timm(a.spec.name, a.pretrained, a.image_size), 3),
+    "bninception": lambda pretrained, pooling, image_size, **_: build_bninception(
+        pretrained, pooling, image_size
+    ),
+    "timm": lambda spec, pretrained, image_size, **_: build_timm(spec.name, pretrained, image_size),
 }
 # Where a family's weights can be had before any data is read, so that an offline machine fails
 # before it builds an image cache: torchvision's (`check_weights`); a small CNN's state dict,
 # read and matched; BN-Inception's (built, and its crop side checked); a timm model's (built at
 # the image size where it has weights or a size of its own: `check_timm_weights`). The others'
-# are checked as they are built.
-WEIGHT_CHECKS: dict[str, Callable[[Asked], object]] = {
-    "torchvision": lambda a: check_weights(a.spec.torchvision, a.pretrained),
-    "small_cnn": lambda a: a.pretrained == "none" or _small_cnn(replace(a, in_channels=1)),
-    "bninception": lambda a: check_bninception(a.pretrained, a.image_size),
-    "timm": lambda a: check_timm_weights(a.spec.name, a.pretrained, a.image_size),
+# are checked as they are built. Arguments: the spec, pretrained, the image size.
+WEIGHT_CHECKS: dict[str, Callable[[BackboneSpec, str, int | None], object]] = {
+    "torchvision": lambda spec, pretrained, _: check_weights(spec.torchvision, pretrained),
+    "small_cnn": lambda spec, pretrained, _: (
+        pretrained == "none" or _small_cnn(spec, pretrained, 1)
+    ),
+    "bninception": lambda _, pretrained, size: check_bninception(pretrained, size),
+    "timm": lambda spec, pretrained, size: check_timm_weights(spec.name, pretrained, size),
 }
 
 
@@ -190,7 +177,7 @@ def check_backbone_weights(name: str, pretrained: str, image_size: int | None = 
     """A backbone's weights can be had before any data is read (`WEIGHT_CHECKS`)."""
     spec = backbone_spec(name)
     if spec.family in WEIGHT_CHECKS:
-        WEIGHT_CHECKS[spec.family](Asked(spec, pretrained, image_size=image_size))
+        WEIGHT_CHECKS[spec.family](spec, pretrained, image_size)
 
 
 def build_backbone(
@@ -200,7 +187,7 @@ def build_backbone(
     embedding: str = "fc",
     pooling: str = "avg",
     image_size: int | None = None,
-) -> Built:
+) -> tuple[nn.Module, int, int]:
     """Return (feature extractor, feature dimension, expected input channels), built by the
     builder of the backbone's family from its spec.
 
@@ -217,5 +204,8 @@ def build_backbone(
     spec = backbone_spec(name)
     check_embedding(name, embedding)
     check_pooling(name, embedding, pooling)
-    asked = Asked(spec, pretrained, in_channels, embedding, pooling, image_size)
-    return BUILDERS[spec.family](asked)
+    asked = dict(in_channels=in_channels, embedding=embedding, pooling=pooling)
+    net, dims = BUILDERS[spec.family](
+        spec=spec, pretrained=pretrained, image_size=image_size, **asked
+    )
+    return net, dims, input_channels(name, pretrained, in_channels)

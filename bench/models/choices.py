@@ -15,7 +15,6 @@ TIMM_PREFIX = "timm:"
 EMBEDDINGS = ("fc", "gap", "backbone")
 # The backbone's pooling before the embedding (`--pooling`; bench.models.pooling builds them).
 POOLINGS = ("avg", "max", "avg+max")
-RESNET_HEAD_DROPOUT = 0.5  # after the ResNets' pooling (Meyer et al. 2018); no rate is given
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,20 @@ def register_backbone(spec: BackboneSpec) -> BackboneSpec:
     return spec
 
 
-RESNET = dict(family="torchvision", min_size=32, head_dropout=RESNET_HEAD_DROPOUT)
+# GoogLeNet without its auxiliary classifiers (nor their weights), so that forward returns a
+# plain tensor in train mode too; init_weights=False skips its slow truncated-normal init. Its
+# ImageNet weights expect transform_input=True (torchvision's default with them), and a local
+# file is most likely that same file. Its dropout lies between its pool and fc.
+GOOGLENET = dict(
+    family="torchvision",
+    torchvision="googlenet",
+    options=(("aux_logits", False), ("init_weights", False)),
+    file_options=(("transform_input", True),),
+    ignored=("aux1.", "aux2."),
+    gap_drops="dropout",
+)
+# The ResNets' dropout after their pooling (Meyer et al. 2018, who give no rate).
+RESNET = dict(family="torchvision", min_size=32, head_dropout=0.5)
 # The Tiny ImageNet report's ResNets: torchvision's, keeping the resolution of 64-px inputs.
 TINY = dict(RESNET, min_size=8, keep_resolution=True)
 # VGG's and AlexNet's embedding is FC7, as in the papers that use them: no GAP embedding.
@@ -66,22 +78,7 @@ FC7 = dict(family="torchvision", batch_norm=False, cut="fc7")
 for _spec in (
     BackboneSpec("small_cnn", "small_cnn", 1024, gap=64, pretrain=True),
     BackboneSpec("small_cnn_gn", "small_cnn", 1024, gap=64, batch_norm=False, pretrain=True),
-    BackboneSpec(
-        "googlenet",
-        "torchvision",
-        1024,
-        gap=1024,
-        min_size=64,
-        torchvision="googlenet",
-        # Without its auxiliary classifiers (nor their weights), so that forward returns a plain
-        # tensor in train mode too; init_weights=False skips its slow truncated-normal init. Its
-        # ImageNet weights expect transform_input=True (torchvision's default with them), and a
-        # local file is most likely that same file. Its dropout lies between its pool and fc.
-        options=(("aux_logits", False), ("init_weights", False)),
-        file_options=(("transform_input", True),),
-        ignored=("aux1.", "aux2."),
-        gap_drops="dropout",
-    ),
+    BackboneSpec("googlenet", features=1024, gap=1024, min_size=64, **GOOGLENET),
     # min_size: the least side it takes (bench.models.bninception.takes_size)
     BackboneSpec("bninception", "bninception", 1024, gap=1024, min_size=32),
     BackboneSpec(
