@@ -47,11 +47,8 @@ def check_embedding(backbone: str, embedding: str, dims: int | None = None) -> N
             f"{backbone} has no GAP embedding (its embedding is FC7); use embedding='fc', or one "
             f"of: {', '.join(GAP_DIMS)}"
         )
-    own, what = (
-        (spec.gap, "the channels of its last feature map")
-        if embedding == "gap"
-        else (spec.features, "its own output")
-    )
+    own = spec.gap if embedding == "gap" else spec.features
+    what = "the channels of its last feature map" if embedding == "gap" else "its own output"
     if dims is not None and own is not None and dims != own:
         raise ValueError(
             f"the {embedding.replace('gap', 'GAP')} embedding of {backbone} has {own} dims "
