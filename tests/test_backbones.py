@@ -7,23 +7,12 @@ import torchvision
 from torch import nn
 from torchvision.models._api import WeightsEnum
 
-from bench.models.backbones import BACKBONES, GAP_DIMS, MIN_SIZES, build_backbone
+from bench.models.backbones import build_backbone
+from bench.models.choices import BACKBONES, SPECS
 from bench.models.embedding import EmbeddingNet, build_model
 from bench.models.small import SmallCNN, VGG16Tiny
 
 DIMS = 8
-FEAT_DIMS = {
-    "small_cnn": 1024,
-    "small_cnn_gn": 1024,
-    "googlenet": 1024,
-    "resnet18": 512,
-    "resnet50": 2048,
-    "vgg16": 4096,
-    "alexnet": 4096,
-    "vgg16_tiny": 2048,
-    "resnet18_tiny": 512,
-    "resnet50_tiny": 2048,
-}
 TINY_RESNETS = ["resnet18_tiny", "resnet50_tiny"]
 
 
@@ -31,12 +20,12 @@ TINY_RESNETS = ["resnet18_tiny", "resnet50_tiny"]
 def _model(name: str, embedding: str = "fc") -> EmbeddingNet:
     # Built once per name: building vgg16/resnet50 is the slow part of this file.
     torch.manual_seed(0)
-    dims = GAP_DIMS[name] if embedding == "gap" else DIMS
+    dims = SPECS[name].gap if embedding == "gap" else DIMS
     return build_model(name, dims, embedding=embedding)
 
 
 def _three_channel_input(name: str) -> torch.Tensor:
-    size = max(MIN_SIZES[name], 8)
+    size = max(SPECS[name].min_size, 8)
     return torch.randn(2, 3, size, size)
 
 
@@ -65,15 +54,15 @@ def test_forward_shapes(name: str, train: bool) -> None:
         out = model(x)
         assert isinstance(out, torch.Tensor)
         assert out.shape == (2, DIMS)
-        assert model.features(x).shape == (2, FEAT_DIMS[name])
+        assert model.features(x).shape == (2, SPECS[name].features)
 
 
 @pytest.mark.parametrize("name", ["vgg16", "resnet50"])
 def test_heavy_backbones_feat_dim(name: str) -> None:
     model = _model(name).eval()
-    assert model.embed.in_features == FEAT_DIMS[name]
+    assert model.embed.in_features == SPECS[name].features
     with torch.no_grad():
-        assert model.features(torch.randn(1, 1, 8, 8)).shape == (1, FEAT_DIMS[name])
+        assert model.features(torch.randn(1, 1, 8, 8)).shape == (1, SPECS[name].features)
 
 
 def test_build_backbone_returns_dims_and_channels() -> None:
@@ -102,7 +91,7 @@ def test_fc7_truncation(name: str) -> None:
     assert any(isinstance(m, nn.Dropout) for m in modules)
     assert not isinstance(modules[-2], nn.ReLU)
 
-    x = torch.randn(2, 3, MIN_SIZES[name], MIN_SIZES[name])
+    x = torch.randn(2, 3, SPECS[name].min_size, SPECS[name].min_size)
     with torch.no_grad():
         backbone.train()
         assert not torch.equal(backbone(x), backbone(x))
@@ -233,7 +222,7 @@ def test_tiny_shapes(name: str, size: int, batch: int, train: bool) -> None:
     x = torch.randn(batch, 3, size, size)
     with torch.no_grad():
         assert model(x).shape == (batch, DIMS)
-        assert model.features(x).shape == (batch, FEAT_DIMS[name])
+        assert model.features(x).shape == (batch, SPECS[name].features)
 
 
 def _last_map_size(model: EmbeddingNet, layer: nn.Module, x: torch.Tensor) -> tuple[int, ...]:
@@ -296,7 +285,7 @@ def test_tiny_resnet_keeps_resolution(name: str) -> None:
     assert isinstance(backbone.maxpool, nn.Identity) and isinstance(backbone.fc, nn.Identity)
     # Only layers 2-4 halve the size: a 32x32 input ends at 4x4 (1x1 without the change).
     x = torch.randn(1, 3, 32, 32)
-    assert _last_map_size(_model(name), backbone.layer4, x) == (FEAT_DIMS[name], 4, 4)
+    assert _last_map_size(_model(name), backbone.layer4, x) == (SPECS[name].features, 4, 4)
 
 
 @pytest.mark.parametrize("name", TINY_RESNETS)
@@ -307,7 +296,7 @@ def test_tiny_resnet_imagenet_weights_kept(monkeypatch, name: str) -> None:
     _patch_weights(monkeypatch, state, calls)
     backbone, feat_dim, _ = build_backbone(name, pretrained="imagenet")
     assert calls == [str(torchvision.models.get_model_weights(base).DEFAULT)]
-    assert feat_dim == FEAT_DIMS[name]
+    assert feat_dim == SPECS[name].features
     assert backbone.conv1.stride == (1, 1) and isinstance(backbone.maxpool, nn.Identity)
     assert torch.equal(backbone.conv1.weight, state["conv1.weight"])
     assert torch.equal(backbone.layer1[0].conv1.weight, state["layer1.0.conv1.weight"])
@@ -331,19 +320,18 @@ LAST_MAP = {
 
 @pytest.mark.parametrize("name", list(LAST_MAP))
 def test_gap_embedding_is_mean_of_last_map(name: str) -> None:
-    assert set(LAST_MAP) == set(GAP_DIMS)
     model = _model(name, "gap")
     assert isinstance(model.embed, nn.Identity)
     maps = []
     layer = LAST_MAP[name](model.backbone)
     handle = layer.register_forward_hook(lambda _m, _a, out: maps.append(out.clone()))
-    size = max(MIN_SIZES[name], 8)
+    size = max(SPECS[name].min_size, 8)
     x = torch.randn(2, 1, size, size)
     # Train mode too: GoogLeNet's dropout after its pool must not touch the GAP embedding.
     for train in (True, False):
         with torch.no_grad():
             out = model.train(train)(x)
-        assert out.shape == (2, GAP_DIMS[name])
+        assert out.shape == (2, SPECS[name].gap)
         torch.testing.assert_close(out, maps.pop().mean(dim=(-2, -1)))
     handle.remove()
 
@@ -368,12 +356,12 @@ def test_small_cnn_gn_normalises_each_image_by_itself() -> None:
 
 def test_small_cnn_global_pool() -> None:
     assert SmallCNN(width=16, grid=1).out_features == 32
-    assert SmallCNN(grid=1)(torch.randn(2, 1, 8, 8)).shape == (2, GAP_DIMS["small_cnn"])
+    assert SmallCNN(grid=1)(torch.randn(2, 1, 8, 8)).shape == (2, SPECS["small_cnn"].gap)
 
 
 @pytest.mark.parametrize("name, dims", [("resnet18", 64), ("vgg16_tiny", 96)])
 def test_gap_dims_mismatch(name: str, dims: int) -> None:
-    with pytest.raises(ValueError, match=f"{GAP_DIMS[name]} dims") as info:
+    with pytest.raises(ValueError, match=f"{SPECS[name].gap} dims") as info:
         build_model(name, dims, embedding="gap")
     assert "\n" not in str(info.value) and name in str(info.value)
 

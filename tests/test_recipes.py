@@ -17,8 +17,6 @@ from torch import nn
 from bench.data.crop_area import parse_crop_scale
 from bench.data.crops import Crops
 from bench.data.datasets import load_run_data
-from bench.models.backbones import build_backbone
-from bench.models.choices import BACKBONES, WITHOUT_BATCH_NORM
 from bench.models.embedding import build_model
 from bench.runs.config import RunConfig
 from bench.train.presets import make_configs
@@ -199,12 +197,6 @@ def test_recipe_settings_that_cannot_apply_are_one_line_errors(settings, error):
     with pytest.raises(ValueError) as raised:
         check_recipe(RunConfig(**settings))
     assert error in str(raised.value) and "\n" not in str(raised.value)
-
-
-def test_the_backbones_without_batch_norm_are_those_the_table_names():
-    for name in BACKBONES:
-        net, _, _ = build_backbone(name, "none", 8 if name in ("mlp", "linear") else 3)
-        assert (not batch_norms(net)) == (name in WITHOUT_BATCH_NORM), name
 
 
 def test_crop_scale_crops_areas_in_its_range(tmp_path):

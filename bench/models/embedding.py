@@ -7,15 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.backbones import (
-    BACKBONE_HEAD_DROPOUT,
-    MIN_SIZES,
-    build_backbone,
-    check_backbone,
-    check_embedding,
-    input_channels,
-)
-from bench.models.choices import VECTOR_BACKBONES, is_timm
+from bench.models.backbones import build_backbone, check_embedding, input_channels
+from bench.models.choices import backbone_spec
+from bench.models.small import SmallCNN
 from bench.models.timm_backbones import timm_input
 
 
@@ -79,16 +73,17 @@ def network_input(
     width), as EmbeddingNet and a timm model of one input size adapt it: its channels, a side
     under its least scaled up, a timm ViT's resize to the side it was built for (`image_size`,
     else its own). A feature vector as it is."""
-    if len(shape) != 3 or backbone in VECTOR_BACKBONES:
+    spec = backbone_spec(backbone)
+    if len(shape) != 3 or spec.vectors:
         return tuple(shape)
     channels = input_channels(backbone, pretrained, shape[0])
-    if is_timm(backbone):
-        spec = timm_input(backbone)
-        if spec.fixed:  # TimmBackbone resizes every input to the side it was built for
-            side = image_size or spec.size
-            return channels, side, side
+    if spec.min_size is not None:
         return channels, *upscaled_size(shape[1], shape[2], spec.min_size)
-    return channels, *upscaled_size(shape[1], shape[2], MIN_SIZES.get(backbone, 0))
+    timm = timm_input(backbone)  # a timm model's input, from its pretrained configuration
+    if timm.fixed:  # TimmBackbone resizes every input to the side it was built for
+        side = image_size or timm.size
+        return channels, side, side
+    return channels, *upscaled_size(shape[1], shape[2], timm.min_size)
 
 
 def build_model(
@@ -103,17 +98,21 @@ def build_model(
     """Build an EmbeddingNet for images with `in_channels` channels and `dims`-d embeddings.
 
     embedding="gap" takes the embedding straight from global average pooling; `dims` must then
-    be the number of channels of the backbone's last feature map (GAP_DIMS). `pooling`: how
-    the backbone pools that map (avg, max, avg+max). `image_size`: the side of the input crops
-    (a timm model of one input size is built for it).
+    be the number of channels of the backbone's last feature map (its spec's `gap`). `pooling`:
+    how the backbone pools that map (avg, max, avg+max). `image_size`: the side of the input
+    crops (a timm model of one input size is built for it).
     """
-    check_backbone(backbone)
+    spec = backbone_spec(backbone)
     check_embedding(backbone, embedding, dims)
+    if embedding == "backbone" and spec.family != "timm":
+        # The random draws of two small CNNs that the checks of this embedding's size built
+        # before issue 67 (for a default argument): made still, so that its runs keep their bits.
+        SmallCNN(1), SmallCNN(1)
     net, feat_dim, expected_channels = build_backbone(
         backbone, pretrained, in_channels, embedding, pooling, image_size
     )
-    min_size = MIN_SIZES[backbone] if backbone in MIN_SIZES else net.min_size  # a timm model's
+    min_size = net.min_size if spec.min_size is None else spec.min_size  # a timm model's: built
     model = EmbeddingNet(net, feat_dim, dims, expected_channels, min_size, embedding)
-    if embedding == "backbone" and backbone.startswith("resnet"):
-        model.embed = nn.Dropout(BACKBONE_HEAD_DROPOUT)
+    if embedding == "backbone" and spec.head_dropout:
+        model.embed = nn.Dropout(spec.head_dropout)
     return model

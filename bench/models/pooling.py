@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from bench.models.choices import FC_FEATURE_BACKBONES, POOLINGS, VECTOR_BACKBONES, is_timm
+from bench.models.choices import POOLINGS, backbone_spec
 
 
 class Pool(nn.Module):
@@ -38,17 +38,18 @@ def check_pooling(backbone: str, embedding: str, pooling: str) -> None:
         raise ValueError(f"unknown pooling {pooling!r}; expected one of: {', '.join(POOLINGS)}")
     if pooling == "avg":
         return
-    if backbone in VECTOR_BACKBONES:
+    spec = backbone_spec(backbone)
+    if spec.vectors:
         raise ValueError(
             f"--pooling {pooling}: {backbone} takes feature vectors, which have no feature map to "
             "pool; use --pooling avg"
         )
-    if is_timm(backbone):
+    if spec.family == "timm":
         raise ValueError(
             f"--pooling {pooling}: {backbone} pools as timm builds it (a ViT: its class token); "
             "use --pooling avg"
         )
-    if backbone in FC_FEATURE_BACKBONES and embedding != "gap":
+    if spec.cut == "fc7" and embedding != "gap":  # features: FC layers, not a pooled map
         raise ValueError(
             f"--pooling {pooling}: {backbone}'s features are fully connected layers, not a pooled "
             "feature map; use --pooling avg, or a backbone that pools (small_cnn, googlenet, the "

@@ -12,6 +12,7 @@ import torch
 import torchvision
 from torch import nn
 
+from bench.models.choices import BackboneSpec
 from bench.util.progress import log
 from bench.util.weights_files import SAFETENSORS, weights_format
 
@@ -23,18 +24,6 @@ _RESAVE = "re-save the weights alone with torch.save(model.state_dict(), PATH)"
 
 def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
-
-
-def _model_kwargs(name: str, pretrained: str) -> dict[str, bool]:
-    if name != "googlenet":
-        return {}
-    if pretrained == "none":
-        # init_weights=False skips GoogLeNet's slow truncated-normal init; no aux heads so that
-        # forward returns a plain tensor in train mode too.
-        return {"aux_logits": False, "init_weights": False}
-    # Pretrained GoogLeNet weights expect transform_input=True (torchvision's default with weights);
-    # a local state dict is most likely that same file, so use the same setting for it.
-    return {"aux_logits": False, "init_weights": False, "transform_input": True}
 
 
 def imagenet_file(name: str) -> str:
@@ -113,9 +102,6 @@ def read_state_dict(name: str, path: str) -> Mapping[str, torch.Tensor]:
             f"{len(state)} tensors, e.g. {broken[0]}): a training that diverged; "
             "pretrain again at a lower --lr, or give other weights"
         )
-    if name == "googlenet":
-        # We build GoogLeNet without auxiliary classifiers; their weights are not needed.
-        state = {k: v for k, v in state.items() if not k.startswith(("aux1.", "aux2."))}
     return state
 
 
@@ -181,9 +167,11 @@ def load_local_state(
     model.load_state_dict(state)
 
 
-def truncate(model: nn.Module, name: str) -> nn.Module:
-    if name in ("googlenet", "resnet18", "resnet50"):
-        model.fc = nn.Identity()
+def truncate(model: nn.Module, cut: str) -> nn.Module:
+    """The model without its classifier: the layer `cut` replaced by the identity, or for
+    "fc7" the classifier cut after FC7 (`BackboneSpec.cut`)."""
+    if cut != "fc7":
+        setattr(model, cut, nn.Identity())
         return model
     # vgg16 classifier:   [Linear, ReLU, Dropout, Linear(FC7), ReLU, Dropout, Linear]
     # alexnet classifier: [Dropout, Linear, ReLU, Dropout, Linear(FC7), ReLU, Linear]
@@ -198,12 +186,18 @@ def truncate(model: nn.Module, name: str) -> nn.Module:
     )
 
 
-def torchvision_model(name: str, pretrained: str) -> nn.Module:
+def torchvision_model(spec: BackboneSpec, pretrained: str) -> nn.Module:
+    """torchvision's model of the spec with its ImageNet weights, its own init (`none`), or a
+    local file's weights (those of the keys it ignores dropped)."""
+    name = spec.torchvision
     if pretrained == "imagenet":
         return _load_imagenet(name)
-    model = torchvision.models.get_model(name, weights=None, **_model_kwargs(name, pretrained))
+    options = dict(spec.options) | (dict(spec.file_options) if pretrained != "none" else {})
+    model = torchvision.models.get_model(name, weights=None, **options)
     if pretrained != "none":
-        load_local_state(model, name, pretrained)
+        state = read_state_dict(name, pretrained)
+        state = {k: v for k, v in state.items() if not k.startswith(spec.ignored)}
+        load_local_state(model, name, pretrained, state=state)
     return model
 
 

@@ -114,12 +114,6 @@ def input_settings(backbone: str, resize: int | None, crop: int | None) -> dict[
     return {"resize": resize or math.floor(crop / spec.crop_pct), "crop": crop}
 
 
-def timm_normalization(backbone: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """The mean and standard deviation the model's inputs are normalised by (0-1 pixels)."""
-    spec = timm_input(backbone)
-    return spec.mean, spec.std
-
-
 def build_timm(
     backbone: str, pretrained: str = "none", image_size: int | None = None
 ) -> tuple[TimmBackbone, int]:

@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.optim.lr_scheduler import CosineAnnealingLR, LRScheduler, MultiStepLR
 
 from bench.data.crop_area import parse_crop_scale
-from bench.models.choices import WITHOUT_BATCH_NORM
+from bench.models.choices import SPECS, backbone_spec
 from bench.models.pooling import check_pooling
 from bench.runs.config import RunConfig
 from bench.train.choices import parse_schedule
@@ -42,11 +42,7 @@ class Recipe:
 
     def __init__(self, cfg: RunConfig, model: nn.Module) -> None:
         self.cfg, self.model = cfg, model
-        if cfg.freeze_bn and not batch_norms(model.backbone):  # a timm ViT's, say
-            raise ValueError(
-                f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn "
-                "(a preset's: give --no-freeze-bn)"
-            )
+        check_freeze_bn(cfg, model.backbone)
         if cfg.freeze_bn:
             for layer in batch_norms(model.backbone):
                 layer.requires_grad_(False)
@@ -88,13 +84,24 @@ def check_recipe(cfg: RunConfig) -> None:
             f"--crop-scale {cfg.crop_scale} is the random-resized crop's area, and --crop-mode "
             f"{cfg.crop_mode} crops a fixed size; give --crop-mode aspect"
         )
-    if cfg.freeze_bn and cfg.backbone in WITHOUT_BATCH_NORM:
+    check_freeze_bn(cfg)
+    check_embedding_layer(cfg)
+
+
+def check_freeze_bn(cfg: RunConfig, backbone: nn.Module | None = None) -> None:
+    """--freeze-bn on a backbone with batch norm, as its spec declares (before a run); where
+    only the built network tells (a timm model's, a ViT's without), as `backbone` has."""
+    if not cfg.freeze_bn:
+        return
+    has = backbone_spec(cfg.backbone).batch_norm
+    if has is None and backbone is not None:
+        has = bool(batch_norms(backbone))
+    if has is False:
+        with_them = ", ".join(name for name, spec in SPECS.items() if spec.batch_norm)
         raise ValueError(
             f"--freeze-bn: {cfg.backbone} has no batch-norm layers to freeze; drop --freeze-bn "
-            "(a preset's: give --no-freeze-bn) or use a backbone with them (small_cnn, "
-            "bninception, googlenet, the ResNets, mlp)"
+            f"(a preset's: give --no-freeze-bn) or use a backbone with them ({with_them})"
         )
-    check_embedding_layer(cfg)
 
 
 def check_embedding_layer(cfg: RunConfig) -> None:
