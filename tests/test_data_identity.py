@@ -86,3 +86,32 @@ def test_a_missing_listed_file_is_a_one_line_error(tree, tmp_path):
     assert out.exit_code != 0
     assert out.output.strip().splitlines()[-1].startswith("Error: ")
     assert victim.name in out.output and "Traceback" not in out.output
+
+
+@pytest.mark.parametrize(
+    "spelt, name",
+    [
+        ("glyphs:classes=20,size=28", "glyphs:classes=20"),  # size 28 is the default
+        ("glyphs:size=16,classes=40", "glyphs:classes=40,size=16"),
+        ("emoji:", "emoji"),
+        ("emoji:size=16,classes=30,min_sets=8,sets=all", "emoji:classes=30,size=16"),
+    ],
+)
+def test_one_built_in_set_is_one_run_id_however_spelt(spelt, name):
+    # 'emoji:size=16,classes=30,min_sets=8,sets=all' beside 'emoji:classes=30,size=16' trained
+    # again under a second id, and the report wrote two tables of one data set.
+    from bench.data.identity import canonical_dataset
+    from bench.train.presets import make_configs
+
+    assert canonical_dataset(spelt) == name
+    (a,) = make_configs(spelt, "contrastive", (16,), {})
+    (b,) = make_configs(name, "contrastive", (16,), {})
+    assert a.dataset == name and a.run_id() == b.run_id()
+
+
+def test_the_names_runs_and_reports_use_are_their_own_canonical_names():
+    from bench.data.identity import canonical_dataset
+
+    names = ["glyphs", "emoji", "digits", "emoji:classes=300,size=24", "glyphs:classes=20"]
+    names += ["glyphs:classes=16,instances=10,size=12", "folder:my-images", "features:x.npz"]
+    assert [canonical_dataset(n) for n in names] == names

@@ -18,6 +18,7 @@ import pandas as pd
 from bench.data.datasets import default_data_root, read_table
 from bench.data.emoji import EmojiSpec
 from bench.data.emoji_render import emoji_fingerprint
+from bench.data.glyphs import GlyphSpec
 from bench.data.image_cache import file_stats
 from bench.data.names import FEATURES_PREFIX, is_emoji, is_glyphs
 
@@ -59,3 +60,19 @@ def data_identity(dataset: str, data_root: str) -> dict[str, str]:
         "data_location": str(Path(root).expanduser().resolve()),
         "data_fingerprint": table_fingerprint(table),
     }
+
+
+def canonical_dataset(name: str) -> str:
+    """A built-in set's one name: its parameters at their defaults dropped, the rest sorted
+    ('glyphs:size=28,classes=20' and 'glyphs:classes=20' are 'glyphs:classes=20';
+    'emoji:size=16,classes=30,sets=all' is 'emoji:classes=30,size=16'), so that one set is
+    one run id and one table however it was spelt. Names already so written (every name this
+    project's runs and reports use) are unchanged; any other data set's name as given."""
+    if is_glyphs(name):
+        spec = GlyphSpec.parse(name)
+    elif is_emoji(name):
+        spec = EmojiSpec.parse(name)
+    else:
+        return name
+    head, _, args = spec.name().partition(":")
+    return ":".join([head, ",".join(sorted(args.split(",")))]) if args else head

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from bench.data.identity import canonical_dataset
 from bench.data.names import FEATURES_PREFIX, is_emoji, is_glyphs
 from bench.models.backbones import GAP_DIMS
 from bench.protocols import DEFAULT_PROTOCOL, get_protocol
@@ -291,7 +292,9 @@ def make_configs(
     """One config per embedding size: preset values, then the user's overrides on top
     (`preset_configs`); a named preset that sets nothing else than its sizes for this data set
     and these options is said and left out of the configs, so that it names no table of its
-    own (its runs are the data set's own: presets are not in the run id)."""
+    own (its runs are the data set's own: presets are not in the run id). A built-in set is
+    named as one name (`canonical_dataset`), however it was spelt."""
+    dataset = canonical_dataset(dataset)
     configs = preset_configs(dataset, loss, dims, loss_params, protocol, preset, **overrides)
     if not preset:
         return configs
