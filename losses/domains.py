@@ -106,6 +106,28 @@ PML_DOMAINS: dict[str, dict[str, Domain]] = {
 }
 
 
+# Parameters of a PML class one of which must stay below the other: (lower, higher, why).
+# Contrastive with pos_margin >= neg_margin trained with its margins inverted, in silence (of
+# distances: the harness gives PML's losses no similarity, whose margins run the other way).
+PML_ORDERS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "ContrastiveLoss": (
+        (
+            "pos_margin",
+            "neg_margin",
+            "pairs of a class are pulled within pos_margin, of two classes pushed past neg_margin",
+        ),
+    ),
+}
+
+
+def pml_orders(pml_class: type) -> tuple[tuple[str, str, str], ...]:
+    """The ordered pairs of a PML class's parameters (`PML_ORDERS`): its own, or its bases'."""
+    for klass in pml_class.__mro__:
+        if klass.__name__ in PML_ORDERS:
+            return PML_ORDERS[klass.__name__]
+    return ()
+
+
 def pml_domain(pml_class: type, name: str) -> Domain | None:
     """The domain of the parameter `name` of a PML class: its own, or its nearest base's."""
     for klass in pml_class.__mro__:

@@ -8,7 +8,7 @@ from typing import Any
 from bench.util.errors import check_known
 from bench.util.registry import Registry
 from losses.base import BenchLoss
-from losses.domains import Domain, pml_domain
+from losses.domains import Domain, pml_domain, pml_orders
 from losses.pml_adapter import is_pml_name, pml_loss_class, pml_loss_names
 
 LOSSES = Registry("loss")
@@ -64,6 +64,18 @@ def check_domains(name: str, params: dict[str, Any]) -> None:
         value = params.get(param)
         if value is not None and not domain.holds(value):
             raise ValueError(f"{param}={value}: {param} is {domain}")
+    cls = get_loss_class(name)
+    if cls.pml_class is None:
+        return
+    ours = {cls.pml_names.get(k, k): k for k in loss_defaults(name)}
+    values = {**loss_defaults(name), **params}
+    for low, high, why in pml_orders(cls.pml_class):
+        a, b = values.get(ours.get(low, "")), values.get(ours.get(high, ""))
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a >= b:
+            raise ValueError(
+                f"{ours[low]}={a:g} and {ours[high]}={b:g}: {name} needs {ours[low]} < "
+                f"{ours[high]} ({why})"
+            )
 
 
 def loss_family(name: str) -> str:

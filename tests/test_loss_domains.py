@@ -91,3 +91,19 @@ def test_build_loss_checks_the_domains_too():
 def test_a_domain_holds_its_values_only(domain, inside, outside):
     assert all(domain.holds(v) for v in inside)
     assert not any(domain.holds(v) for v in outside)
+
+
+@pytest.mark.parametrize("loss", ["contrastive", "pml:ContrastiveLoss"])
+def test_margins_in_the_wrong_order_are_refused(loss, tmp_path):
+    # pos_margin=1 neg_margin=0 trained with the margins inverted: positives pushed out to 1,
+    # negatives never penalised (bad inputs #26).
+    params = ["--loss-param", "pos_margin=1", "--loss-param", "neg_margin=0"]
+    args = ["run", "--loss", loss, *params, *DATA, "--results", str(tmp_path)]
+    out = CliRunner().invoke(main, args)
+    lines = out.output.strip().splitlines()
+    assert out.exit_code != 0 and len(lines) == 1, out.output
+    assert f"{loss} needs pos_margin < neg_margin" in lines[0]
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ValueError, match="needs pos_margin < neg_margin"):
+        check_domains(loss, {"pos_margin": 1.0})  # against the default neg_margin too
+    check_domains(loss, {"pos_margin": 0.1, "neg_margin": 0.9})  # in order: taken
