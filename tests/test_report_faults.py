@@ -414,10 +414,38 @@ def test_baselines_alone_are_no_report(tmp_path):
     out = report_cli(r, tmp_path / "o")
     assert out.exit_code == 1 and out.output.strip().splitlines()[-1] == (
         f"Error: no finished trained run in {r}, only 1 baseline(s) (1 folder(s) unfinished or "
-        "damaged); train some first, or finish them (run the same command again); nothing was "
-        "written or removed"
+        "damaged: half: unfinished (no metrics.json)); train some first, finish an unfinished "
+        "one (run the same command again), or retrain a damaged one (the same command with "
+        "--force); nothing was written or removed"
     )
     assert not (tmp_path / "o").exists()
+
+
+def test_a_damaged_only_run_is_named_with_why(tmp_path):
+    # Before: "1 folder(s) unfinished or damaged ... run the same command again": neither the
+    # folder nor the reason, which the report knew, and advice that could not help.
+    r = tmp_path / "r"
+    make_run(r, "base", loss="untrained")
+    make_run(r, "bad", loss="nngk", **{"map@r": 1.7})
+    line = report_cli(r, tmp_path / "o").output.strip().splitlines()[-1]
+    assert "bad: metrics.json has map@r = 1.7, outside 0 to 1" in line
+    assert "retrain a damaged one (the same command with --force)" in line
+
+
+def test_a_record_whose_two_files_disagree_is_left_out(tmp_path):
+    # A metrics.json edited to another protocol was filed, as a cross-style result, in a
+    # table of its own, without a word.
+    r = tmp_path / "r"
+    make_run(r, "base", loss="untrained")
+    make_run(r, "good", loss="nngk")
+    metric = {"dataset": "digits", "protocol": "metric", "loss": "nngk", "dims": 16, "seed": 0}
+    make_run(r, "edited", config=metric, loss="nngk", protocol="cross-style")
+    df, problems = load_runs(r)
+    assert set(df["run"]) == {"base", "good"}
+    assert problems == [
+        "edited: config.json and metrics.json disagree on its protocol ('metric' and "
+        "'cross-style'): one was edited or replaced; the run is left out"
+    ]
 
 
 def test_a_lost_manifest_is_an_error_saying_what_to_do(results, tmp_path):  # noqa: F811

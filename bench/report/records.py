@@ -19,6 +19,9 @@ from bench.util.errors import first_line
 OPTIONAL_METRICS = ("nmi_best_of_5", *protocol_columns())
 
 
+IDENTITY = ("dataset", "protocol", "loss", "dims", "seed")  # what names a run's table and row
+
+
 def config_fault(run_dir: Path, metrics: dict | None = None) -> str:
     """What makes a finished run's config.json unusable ('' where nothing): every version
     wrote one, and the settings metrics.json lacks come from it, so a run without it would
@@ -33,6 +36,16 @@ def config_fault(run_dir: Path, metrics: dict | None = None) -> str:
         return f"{store.CONFIG} is unreadable ({type(err).__name__}: {first_line(err)})"
     if not isinstance(config, dict):
         return f"{store.CONFIG} is not a JSON object"
+    # a run is filed by metrics.json's identity: one its config.json contradicts is not sure
+    clash = [
+        k for k in IDENTITY if k in config and k in (metrics or {}) and config[k] != metrics[k]
+    ]
+    if clash:
+        k = clash[0]
+        return (
+            f"{store.CONFIG} and {store.METRICS} disagree on its {k} ({config[k]!r} and "
+            f"{metrics[k]!r}): one was edited or replaced"
+        )
     read = {k: v for k, v in config.items() if k not in (metrics or {})}  # metrics.json's first
     fault = field_fault(read, FROM_CONFIG)
     return f"{store.CONFIG} {fault}" if fault else ""

@@ -268,10 +268,13 @@ def no_runs_line(results: Path, problems: list[str], baselines: int = 0) -> str:
     if not results.is_dir():
         return missing_results_line(results)
     if baselines:
+        # each named, with why: a damaged record is not finished by running it again
+        which = f": {'; '.join(problems[:3])}{'; ...' if len(problems) > 3 else ''}"
         return (
             f"no finished trained run in {results}, only {baselines} baseline(s) "
-            f"({len(problems)} folder(s) unfinished or damaged); train some first, or finish "
-            "them (run the same command again)"
+            f"({len(problems)} folder(s) unfinished or damaged{which if problems else ''}); "
+            "train some first, finish an unfinished one (run the same command again), or "
+            "retrain a damaged one (the same command with --force)"
         )
     if problems:
         return (
