@@ -558,3 +558,19 @@ def test_baselines_of_two_input_pipelines_are_two_rows_never_one_mean(tmp_path):
     assert df.loc["net32", "name"] != df.loc["net48", "name"]
     assert df.loc["net48", "name"].endswith("resize 48, crop 48")
     assert df.loc["raw32", "name"] == "raw inputs, resize 32, crop 32"
+
+
+def test_a_folders_table_names_its_folder(tmp_path):
+    # Two folders whose names differ only in letters safe_name drops ('fold år', 'fold ör')
+    # made tables 'folder-fold-r-<hash>' that no page tied to either folder.
+    r, out = tmp_path / "r", tmp_path / "o"
+    for i, where in enumerate(("/data/fold år", "/data/fold ör")):
+        ident = {"dataset": f"folder:{where}", "data_location": where, "data_fingerprint": "f"}
+        make_run(r, f"b{i}", loss="untrained", **ident)
+        make_run(r, f"t{i}", loss="nngk", **ident)
+    assert report_cli(r, out).exit_code == 0
+    pages = {p.read_text() for p in out.glob("folder-fold-r-*.md") if p.stem.count("-") == 3}
+    assert len(pages) == 2
+    for where in ("/data/fold år", "/data/fold ör"):
+        (page,) = [p for p in pages if f"Setup: data {where};" in p]
+        assert page

@@ -1,6 +1,7 @@
 """The report's figures: the data each is drawn from, checked against the run files, from real
 digits runs (pair verification) and from run folders written here."""
 
+import json
 import shutil
 
 import matplotlib.pyplot as plt
@@ -44,6 +45,8 @@ def pairs_results(tmp_path_factory):
     metrics = store.read_metrics(copy)
     metrics.update(loss="contrastive", loss_params={"pos_margin": 0.0, "neg_margin": 0.5})
     atomic_write_json(copy / store.METRICS, metrics)
+    config = json.loads((copy / store.CONFIG).read_text())  # relabelled alike: one record
+    atomic_write_json(copy / store.CONFIG, {**config, "loss": "contrastive"})
     history = pd.read_csv(copy / store.HISTORY).filter(regex="^(?!mean_)")
     atomic_write_text(copy / store.HISTORY, history.to_csv(index=False))
     return results

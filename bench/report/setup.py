@@ -91,9 +91,18 @@ def setup_line(part: pd.DataFrame) -> str:
     labelled = labelled_settings(runs)
     fields = setup_of(runs, by="method", labelled=labelled)
     fields.pop("seeds")
-    stated = [f"{name} {value}" for name, value in fields.items()]
+    stated = [*data_text(runs), *(f"{name} {value}" for name, value in fields.items())]
     text = "; ".join([*stated, *recipe_texts(runs, labelled), *processes_text(runs)])
     return f"Setup: {text}; {rows_seeds_text(runs)}."
+
+
+def data_text(runs: pd.DataFrame) -> list[str]:
+    """'data /home/me/fold år' for runs of a folder or file (their resolved location), whose
+    table is named by a short hash where its name reads like another's; none for the built-in
+    sets, which their name says."""
+    locations = column_or_nan(runs, "data_location", "").dropna().astype(str)
+    found = sorted(set(locations[locations != ""]))
+    return [f"data {' / '.join(found)}"] if found else []
 
 
 def trains_network(protocol: object) -> bool:
