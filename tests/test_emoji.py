@@ -296,7 +296,7 @@ def test_a_run_without_the_packages_says_how_to_install_them(tmp_path):
 def test_cross_style_queries_the_held_out_sets_in_the_others(data_root):
     """Training never sees a held-out set; each held-out image of a test class is a query,
     searched among the other sets' images of the test classes."""
-    spec = fixture_spec(min_sets=3, held_out="openmoji+noto")
+    spec = fixture_spec(min_sets=4, held_out="openmoji+noto")
     data = load_dataset(spec.name(), "cross-style", data_root=data_root, val_split="classes")
     emoji = load_emoji(spec, data_root)
     held = np.isin(emoji.sets, [1, 2])  # noto, openmoji
@@ -313,11 +313,13 @@ def test_held_out_sets_are_checked_against_the_protocol_and_the_sets(data_root):
     with pytest.raises(ValueError, match="queries sets held out of training: name them"):
         load_dataset(fixture_spec().name(), "cross-style", data_root=data_root)
     with pytest.raises(ValueError, match="applies to --protocol cross-style only"):
-        load_dataset(fixture_spec(held_out="noto").name(), "metric", data_root=data_root)
+        load_dataset(
+            fixture_spec(min_sets=3, held_out="noto").name(), "metric", data_root=data_root
+        )
     with pytest.raises(ValueError, match="distinct sets among those chosen"):
         EmojiSpec.parse("emoji:sets=twemoji+noto+openmoji,min_sets=2,held_out=fxemoji")
-    with pytest.raises(ValueError, match=r"fewer held-out sets than min_sets \(2\)"):
-        EmojiSpec.parse("emoji:sets=twemoji+noto+openmoji,min_sets=2,held_out=twemoji+noto")
+    with pytest.raises(ValueError, match=r"at least the held-out sets plus 2 \(4\)"):
+        EmojiSpec.parse("emoji:sets=twemoji+noto+openmoji,min_sets=3,held_out=twemoji+noto")
     # The same images whichever sets are held out: one rendering, one cache.
     versions, renderer = {"noto": "1"}, "r"
     assert fixture_spec(held_out="noto").fingerprint(versions, renderer) == fixture_spec(

@@ -21,7 +21,9 @@ def test_whole_last_classes_are_held_out():
     assert sorted([*train, *val]) == list(range(len(labels)))
     _, val = carve_validation(np.repeat(np.arange(10), 2), 0.5, by_classes=True)
     assert len(val) == 10  # half of ten classes
-    with pytest.raises(ValueError, match="at least 4 training classes; got 3"):
+    with pytest.raises(
+        ValueError, match="at least 4 training classes, 2 to validate on and 2 to train on; got 3"
+    ):
         carve_validation(np.arange(3), 0.2, by_classes=True)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEVICE, POSITIVE
+from bench.cli.options import DEVICE, EMOJI_HELP, POSITIVE
 from bench.cli.settings import setting_option
 from bench.data.names import FEATURES_PREFIX
 from bench.models.choices import BACKBONES, check_backbone
@@ -22,8 +22,8 @@ from bench.protocols import DEFAULT_PROTOCOL
     "--dataset",
     default="digits",
     show_default=True,
-    help="digits, cars196, cub, sop, inaturalist, tinyimagenet, flowers102, leafsnap or "
-    "folder:PATH.",
+    help="digits, cars196, cub, sop, inaturalist, tinyimagenet, flowers102, leafsnap, "
+    f"{EMOJI_HELP.format(held='', note='docs/protocols.md')} or folder:PATH.",
 )
 @click.option(
     "--protocol",

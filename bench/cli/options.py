@@ -76,15 +76,31 @@ def int_list(what: str) -> Callable:
 
 # The commands' own options, shared by `run`, `suite` and `tune` where they mean the same.
 LOSS = click.option("--loss", default="nngk", show_default=True, help=LOSS_HELP)
-DATASET = click.option(
-    "--dataset",
-    default="glyphs",
-    show_default=True,
-    help="glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
-    "sop, inshop (with --protocol query-gallery), inaturalist, "
-    "folder:PATH (one sub-folder per class) or features:PATH.npz. A folder gets the metric "
-    "preset (GoogLeNet with ImageNet weights, 256/224 px); offline, without those weights in "
-    "torch's cache, add e.g. --backbone small_cnn --pretrained none --resize 64 --crop 56.",
+# The emoji sets' parameters ({held}: held_out where the command takes --protocol cross-style).
+EMOJI_HELP = "emoji[:size=N,min_sets=N,sets=A+B,classes=N{held}] (installed by npm, {note})"
+
+
+def dataset_help(protocols: bool = True) -> str:
+    """The data sets `--dataset` takes; without `protocols` (tune, which searches under the
+    metric protocol alone) none that needs another protocol (inshop, emoji's held_out)."""
+    inshop = "inshop (with --protocol query-gallery), " if protocols else ""
+    emoji = EMOJI_HELP.format(
+        held=",held_out=A+B" if protocols else "",
+        note="docs/protocols.md" + ("; held_out with --protocol cross-style" if protocols else ""),
+    )
+    return (
+        f"glyphs[:classes=N,...], digits, cars196, cub, tinyimagenet, flowers102, leafsnap, "
+        f"sop, {inshop}inaturalist, {emoji}, folder:PATH (one sub-folder per class) or "
+        "features:PATH.npz. A folder gets the metric preset (GoogLeNet with ImageNet weights, "
+        "256/224 px); offline, without those weights in torch's cache, add e.g. --backbone "
+        "small_cnn --pretrained none --resize 64 --crop 56."
+    ) + ("" if protocols else " tune searches under the metric protocol.")
+
+
+DATASET = click.option("--dataset", default="glyphs", show_default=True, help=dataset_help())
+# tune's: it has no --protocol, so its help names no data set or parameter that needs one.
+TUNE_DATASET = click.option(
+    "--dataset", default="glyphs", show_default=True, help=dataset_help(protocols=False)
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
-from bench.cli.options import DATASET, POSITIVE, RESULTS, seed_option
+from bench.cli.options import POSITIVE, RESULTS, TUNE_DATASET, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG, setting_options, settings_from
 from bench.runs.config import declared
@@ -24,7 +24,7 @@ HELD = declared("held")
 
 @click.command()
 @click.option("--loss", "losses", required=True, help="Losses to tune, e.g. contrastive,nngk.")
-@DATASET
+@TUNE_DATASET
 @click.option("--dims", type=POSITIVE, default=64, show_default=True)
 @click.option(
     "--trials",
@@ -108,6 +108,7 @@ def tune(
         for name in names:
             check_loss_name(name)
         check_dataset_name(dataset)
+        check_tunable(dataset)
     except ValueError as err:
         raise click.ClickException(str(err)) from None
     from bench.data.datasets import check_dataset
@@ -172,6 +173,25 @@ def tune(
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
         submit_runs(configs, results, dispatch)
+
+
+def check_tunable(dataset: str) -> None:
+    """A one-line ValueError for a data set that needs a protocol other than the metric one,
+    under which tune searches (it has no --protocol, so the shared errors' remedies would
+    name an option it lacks)."""
+    from bench.data.emoji import EmojiSpec
+    from bench.data.names import is_emoji
+
+    if dataset == "inshop":
+        raise ValueError(
+            "tune searches under the metric protocol, and inshop's test is a query-gallery "
+            "search, which that protocol does not make: tune on another data set"
+        )
+    if is_emoji(dataset) and EmojiSpec.parse(dataset).held_out:
+        raise ValueError(
+            f"tune searches under the metric protocol, which trains and tests on every emoji "
+            f"set: drop held_out={EmojiSpec.parse(dataset).held_out} from {dataset}"
+        )
 
 
 def data_hash(dataset: str) -> str:

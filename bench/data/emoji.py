@@ -122,10 +122,21 @@ class EmojiSpec:
                 f"emoji held_out must be distinct sets among those chosen ({', '.join(chosen)}), "
                 f"joined by '+'; got held_out={self.held_out}"
             )
-        if len(held) >= self.min_sets:  # else a test class could have no gallery image
+        need = len(held) + 2
+        if held and self.min_sets < need:
+            # A class drawn by min_sets sets keeps min_sets - len(held) images in the sets
+            # trained on: with one, it has no positive pair to train on (a class-balanced batch
+            # would pair the image with itself) and validation none to rank.
+            remedy = (
+                f"give min_sets={need} or more"
+                if need <= len(chosen)
+                else f"choose {need} sets or more (sets=) with min_sets={need}"
+            )
             raise ValueError(
-                f"emoji needs fewer held-out sets than min_sets ({self.min_sets}), so that every "
-                f"class keeps images in the sets trained on; got held_out={self.held_out}"
+                f"emoji needs min_sets of at least the held-out sets plus 2 ({need}), so that "
+                f"every class keeps two images in the sets trained on (one image gives no "
+                f"positive pair to train or validate on); got min_sets={self.min_sets}, "
+                f"held_out={self.held_out}: {remedy}, or hold out fewer sets"
             )
 
     def name(self) -> str:
@@ -277,6 +288,7 @@ def read_set(data_root: Path, name: str) -> IconSet:
             f"{folder / 'icons.json'} is not an Iconify icon set (no 'icons' object); reinstall "
             f"the emoji sets with: {install_line(emoji_folder(data_root))}"
         )
+    check_bodies(folder / "icons.json", icons, data_root)
     info, package = (
         read_json(folder / name, data_root) if (folder / name).is_file() else {}
         for name in ("info.json", "package.json")
@@ -294,6 +306,32 @@ def read_set(data_root: Path, name: str) -> IconSet:
         width=float(data.get("width", 16)),
         height=float(data.get("height", 16)),
     )
+
+
+def check_bodies(path: Path, icons: dict, data_root: Path) -> None:
+    """A one-line ValueError where icons have no SVG body (a string 'body'): a damaged install,
+    which would otherwise lose those drawings silently, and with them classes."""
+    bad = sum(not isinstance(i, dict) or not isinstance(i.get("body"), str) for i in icons.values())
+    if bad:
+        raise ValueError(
+            f"{path}: {bad} of its {len(icons)} icons have no SVG body (a string 'body'), a "
+            f"damaged install; reinstall the emoji sets with: "
+            f"{install_line(emoji_folder(data_root))}"
+        )
+
+
+def icons_digest(data_root: Path, names: tuple[str, ...]) -> str:
+    """A digest of the sets' icons.json files: names the rendered images in the cache (not the
+    run, whose identity is the sets' versions, the same on every machine), so that an install
+    changed under the same versions is rendered anew, never served the old images."""
+    digest = hashlib.sha1()
+    for name in names:
+        path = packages_folder(data_root) / name / "icons.json"
+        if not path.is_file():
+            raise missing_error(data_root, [name])
+        with open(path, "rb") as f:
+            digest.update(hashlib.file_digest(f, "sha1").digest())
+    return digest.hexdigest()[:16]
 
 
 def name_order(name: str) -> str:

@@ -23,6 +23,7 @@ from bench.data.emoji import (
     Icon,
     IconSet,
     emoji_classes,
+    icons_digest,
     read_set,
     set_versions,
 )
@@ -215,7 +216,11 @@ def read_cache(path: Path, size: int) -> EmojiSet | str:
 def load_emoji(spec: EmojiSpec, data_root: Path, say=log.info) -> EmojiSet:
     """The rendered emoji set (memory-mapped from the cache), rendered into the cache first
     where it is missing or damaged; in memory where the cache cannot be written."""
-    path = cache_folder() / f"{NAME}-{emoji_fingerprint(spec, data_root)}.npz"
+    # Keyed also on the icons' digest: a reinstall of the same versions after a damaged one
+    # renders anew (bad-inputs #13), while the run's identity stays the versions'.
+    fingerprint = emoji_fingerprint(spec, data_root)  # first: it names every set missing
+    digest = icons_digest(data_root, spec.set_names())
+    path = cache_folder() / f"{NAME}-{fingerprint}-{digest}.npz"
     cached = read_cache(path, spec.size)
     if not isinstance(cached, str):
         return cached

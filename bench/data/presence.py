@@ -38,13 +38,25 @@ def check_data_present(dataset: str, data_root: str | Path | None = None) -> Non
     elif is_emoji(dataset):  # the packages' versions: a few small files, no image read
         from bench.data.emoji import EmojiSpec, set_versions
 
-        set_versions(
-            Path(data_root) if data_root else default_data_root(),
-            EmojiSpec.parse(dataset).set_names(),
-        )
+        root = Path(data_root) if data_root else default_data_root()
+        check_root_folder(root)
+        set_versions(root, EmojiSpec.parse(dataset).set_names())
     elif dataset in READER_FUNCTIONS:
+        check_root_folder(Path(data_root) if data_root else default_data_root())
         # The whole table is read (a few thousand lines for most sets): the readers check
         # their layouts file by file as they read, and the run reads it again for its identity.
         module, function = READER_FUNCTIONS[dataset].split(":")
         read = getattr(importlib.import_module(module), function)
         read(Path(data_root) if data_root else default_data_root())
+
+
+def check_root_folder(root: Path) -> None:
+    """A one-line ValueError where the data root is a file (or lies under one): the data sets
+    and the emoji packages are folders under it, which no install could make there."""
+    root = root.expanduser()
+    file = next((p for p in (root, *root.parents) if p.exists() and not p.is_dir()), None)
+    if file is not None:
+        raise ValueError(
+            f"the data root {root} is {'a file' if file == root else f'under the file {file}'}, "
+            "not a folder; give --data-root (or $NNGK_DATA) a folder"
+        )

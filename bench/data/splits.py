@@ -82,8 +82,10 @@ def carve_validation(
         held = max(2, round(fraction * len(classes)))
         if len(classes) - held < 2:
             raise ValueError(
-                f"a class-disjoint validation split needs at least 4 training classes; "
-                f"got {len(classes)}"
+                f"a class-disjoint validation split (--val-split classes) needs at least 4 "
+                f"training classes, 2 to validate on and 2 to train on; got {len(classes)}: "
+                "use more classes (e.g. a larger classes= of glyphs or emoji), --val-split "
+                "images, or --val-fraction 0 (no validation: the last epoch is tested)"
             )
         val = np.isin(labels, classes[-held:])
         return positions[~val], positions[val]
