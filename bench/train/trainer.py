@@ -57,7 +57,7 @@ from bench.train.tracking import RunLog, open_run_log
 from bench.util.atomic import atomic_write_json, background_writes
 from bench.util.batches import to_inputs
 from bench.util.progress import log
-from bench.util.runtime import default_device, package_versions, seed_everything
+from bench.util.runtime import default_device, deterministic_cpu, package_versions, seed_everything
 from bench.util.torch_knn import search_device
 from losses import build_loss, loss_defaults
 
@@ -245,10 +245,10 @@ class Trainer:
         embedded."""
         self.testing = test
         progress = self.start_or_resume()
-        kind = self.cfg.log if self.ranks.main else "none"
         # Checkpoints are written in the background: a slow disk's write overlaps the next epoch.
-        run_log = open_run_log(kind, self.run_dir, self.cfg)
-        with run_log as self.run_log, background_writes() as self.writes:
+        run_log = open_run_log(self.cfg.log if self.ranks.main else "none", self.run_dir, self.cfg)
+        exact = deterministic_cpu(self.device)  # the same run on any CPU thread count (issue 69)
+        with run_log as self.run_log, background_writes() as self.writes, exact:
             return self.train_epochs(progress)
 
     def train_epochs(self, progress: dict) -> dict:
