@@ -102,7 +102,8 @@ def test_one_damaged_run_is_left_out_and_named_and_the_table_kept(tmp_path):
         embedded(r, f"l{seed}", "lifted", seed)
     truncate(r / "c1" / store.EMBEDDINGS)
     relabel(r / "l1", **{"map@r": "0.5"})  # a metric that is a string
-    cli = CliRunner().invoke(main, ["report", "--results", str(r), "--out", str(out)])
+    args = ["report", "--results", str(r), "--out", str(out), "--tsne"]  # the t-SNE reads them too
+    cli = CliRunner().invoke(main, args)
     assert cli.exit_code == 0, cli.output
     skipped = [x for x in cli.output.splitlines() if x.startswith("skipped")]
     assert len(skipped) == 2

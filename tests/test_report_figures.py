@@ -77,7 +77,7 @@ def test_pair_distances_are_the_test_pairs_of_the_run(pairs_results):
 
 def test_pair_verification_figures_and_tables_come_from_the_run_files(pairs_results, tmp_path):
     out = tmp_path / "reports"
-    written, problems, _, _ = write_report(pairs_results, out)
+    written, problems, _, _ = write_report(pairs_results, out, tsne=True)
     assert problems == []
     names = {p.name for p in written}
     expected = {

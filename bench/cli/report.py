@@ -28,7 +28,13 @@ from bench.cli.options import DEFAULT_RESULTS
     default=None,
     help="The row every other row is tested against, e.g. nngk (default: each column's best).",
 )
-def report(results, out, reference):
+@click.option(
+    "--tsne",
+    is_flag=True,
+    help="Also draw <table>-tsne.png, a yoked t-SNE of the losses' test embeddings (about a "
+    "quarter of the main job's report time on 2 cores).",
+)
+def report(results, out, reference, tsne):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
     from bench.cli.options import os_error_line
     from bench.report.results_folder import check_results_exist
@@ -43,7 +49,7 @@ def report(results, out, reference):
     from bench.report.write import write_report
 
     try:
-        written, problems, removed, incomplete = write_report(results, out, reference)
+        written, problems, removed, incomplete = write_report(results, out, reference, tsne)
     except ValueError as err:
         raise click.ClickException(f"{err}; nothing was written or removed") from None
     except OSError as err:

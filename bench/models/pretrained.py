@@ -9,7 +9,6 @@ import re
 from collections.abc import Mapping
 
 import torch
-import torchvision
 from torch import nn
 
 from bench.models.choices import BackboneSpec
@@ -26,9 +25,17 @@ def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
 
 
+def tv_models():
+    """torchvision.models, imported where a torchvision backbone is used: its import (with
+    torch._dynamo's) costs each command 1.3 CPU seconds, and small_cnn needs none of it."""
+    import torchvision.models
+
+    return torchvision.models
+
+
 def imagenet_file(name: str) -> str:
     """Where torch keeps torchvision's ImageNet weights of `name` once downloaded."""
-    weights = torchvision.models.get_model_weights(name).DEFAULT
+    weights = tv_models().get_model_weights(name).DEFAULT
     return os.path.join(torch.hub.get_dir(), "checkpoints", os.path.basename(weights.url))
 
 
@@ -40,7 +47,7 @@ def fetch_imagenet(name: str) -> None:
         return
     log.info(f"downloading torchvision's ImageNet weights for {name} into {path}")
     try:
-        torchvision.models.get_model_weights(name).DEFAULT.get_state_dict(progress=False)
+        tv_models().get_model_weights(name).DEFAULT.get_state_dict(progress=False)
     except (OSError, RuntimeError, ValueError) as err:
         raise RuntimeError(
             f"ImageNet weights for {name} are not in {path} and could not be downloaded "
@@ -59,11 +66,11 @@ def check_weights(name: str, pretrained: str) -> None:
 
 
 def _load_imagenet(name: str) -> nn.Module:
-    weights = torchvision.models.get_model_weights(name).DEFAULT
+    weights = tv_models().get_model_weights(name).DEFAULT
     try:
         # No extra kwargs: torchvision then picks the settings these weights expect (for GoogLeNet
         # transform_input=True, and its aux heads, which it drops after loading).
-        return torchvision.models.get_model(name, weights=weights)
+        return tv_models().get_model(name, weights=weights)
     except (OSError, RuntimeError) as err:
         hub_dir = os.path.join(torch.hub.get_dir(), "checkpoints")
         raise RuntimeError(
@@ -193,7 +200,7 @@ def torchvision_model(spec: BackboneSpec, pretrained: str) -> nn.Module:
     if pretrained == "imagenet":
         return _load_imagenet(name)
     options = dict(spec.options) | (dict(spec.file_options) if pretrained != "none" else {})
-    model = torchvision.models.get_model(name, weights=None, **options)
+    model = tv_models().get_model(name, weights=None, **options)
     if pretrained != "none":
         state = read_state_dict(name, pretrained)
         state = {k: v for k, v in state.items() if not k.startswith(spec.ignored)}

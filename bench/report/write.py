@@ -197,8 +197,18 @@ class ReportFiles(NamedTuple):
     incomplete: list[str]  # why the report is not whole: a part failed, a file was left
 
 
-def write_report(results: Path, out: Path, reference: str | None = None) -> ReportFiles:
-    """Per table: the files of TABLE_BUILDERS; across classify tables: classification.md,
+def drawn_builders(tsne: bool = False) -> list[Callable]:
+    """TABLE_BUILDERS less the yoked t-SNE unless it is asked for (`report --tsne`): 1,000
+    iterations over 4 losses' embeddings, the largest part of the main job's report (about a
+    quarter of its seconds, docs/speed.md), and no table reads it."""
+    return [b for b in TABLE_BUILDERS if tsne or b is not tsne_figure]
+
+
+def write_report(
+    results: Path, out: Path, reference: str | None = None, tsne: bool = False
+) -> ReportFiles:
+    """Per table: the files of TABLE_BUILDERS (the t-SNE only with `tsne`: `drawn_builders`);
+    across classify tables: classification.md,
     .csv and -ablation.csv; README.md indexing them all, index.html showing them all.
     `reference`: the row (e.g. 'nngk') every other row of a main table is tested against,
     else each column's best. Where a part failed, the earlier report's files stay. A
@@ -215,7 +225,7 @@ def write_report(results: Path, out: Path, reference: str | None = None) -> Repo
     groups, parts = {}, PartsLeftOut([], [])
     if tables:
         log.info(f"report: {len(df)} runs read; building the tables and figures for {out}")
-        builders = [with_reference(b, reference) for b in TABLE_BUILDERS]
+        builders = [with_reference(b, reference) for b in drawn_builders(tsne)]
         groups, parts = build_groups(df, builders, problems, left_out)
     problems += parts.unavailable + parts.failed
     failed = parts.failed

@@ -54,6 +54,7 @@ from bench.train.precision import Precision
 from bench.train.preflight import check_run
 from bench.train.recipes import Recipe
 from bench.train.tracking import RunLog, open_run_log
+from bench.train.untrained import untrained_metrics
 from bench.util.atomic import atomic_write_json, background_writes
 from bench.util.batches import to_inputs
 from bench.util.progress import log
@@ -233,11 +234,10 @@ class Trainer:
         if self.ranks.main:
             atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
         # The network before any metric training (the report reads its MAP@R: no k-means).
-        untrained = {}
-        if self.testing and self.ranks.main:
-            log.info(f"{self.name}: evaluating the untrained network on the test split")
-            untrained = self.test(clustering="none")[0]
-        return fresh_progress(untrained)
+        if not (self.testing and self.ranks.main):
+            return fresh_progress({})
+        log.info(f"{self.name}: evaluating the untrained network on the test split")
+        return fresh_progress(untrained_metrics(self))  # shared by the runs of one network
 
     def fit(self, test: bool = True) -> dict:
         """Train (or resume), select the checkpoint on validation, evaluate it on test; without
