@@ -81,6 +81,7 @@ def test_parameters_parse_check_and_name_the_set():
     for name, message in [
         ("emoji:colour=1", "bad emoji parameter 'colour=1'"),
         ("emoji:size=big", "bad value 'big' for emoji parameter size"),
+        ("emoji:size=16.5", "bad value '16.5' for emoji parameter size: give a whole number"),
         ("emoji:sets=twemoji+wingdings", "emoji sets must be distinct names"),
         ("emoji:sets=noto+noto", "emoji sets must be distinct names"),
         ("emoji:sets=twemoji+noto,min_sets=3", "2 <= min_sets <= the number of sets chosen (2)"),

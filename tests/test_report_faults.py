@@ -575,3 +575,16 @@ def test_a_folders_table_names_its_folder(tmp_path):
     for where in ("/data/fold år", "/data/fold ör"):
         (page,) = [p for p in pages if f"Setup: data {where};" in p]
         assert page
+
+
+def test_a_finished_run_with_a_cut_config_says_its(tmp_path):
+    # "finished, but it config.json is unreadable": the record's fault read ungrammatically.
+    from bench.cli.training import finished_record
+
+    run = make_run(tmp_path / "r", "cut", loss="contrastive")
+    (run / store.CONFIG).write_text('{"loss": "contrastive", ')
+    with pytest.raises(ValueError, match="finished, but its config.json is unreadable"):
+        finished_record(run)
+    (run / store.CONFIG).unlink()
+    with pytest.raises(ValueError, match="finished, but it has no config.json"):
+        finished_record(run)

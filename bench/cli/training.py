@@ -300,7 +300,7 @@ def finished_record(run_dir: Path) -> dict:
     except ValueError as err:
         metrics, fault = {}, first_line(err).removeprefix(f"{run_dir}: ")
     if not fault and (found := config_fault(run_dir, metrics)):
-        fault = f"it {found}"
+        fault = f"{'it' if found.startswith('has ') else 'its'} {found}"
     embeddings = Path(run_dir) / store.EMBEDDINGS
     if not fault and embeddings.exists() and not zipfile.is_zipfile(embeddings):
         fault = f"its {store.EMBEDDINGS} is damaged (not a whole .npz)"

@@ -30,7 +30,10 @@ def parse_set_params(cls: type[Spec], name: str, head: str, example: str) -> Spe
         try:
             given[key] = known[key](value)
         except ValueError:
-            raise ValueError(f"bad value {value!r} for {head} parameter {key}") from None
+            kind = {int: "a whole number", float: "a number"}.get(known[key], "text")
+            raise ValueError(
+                f"bad value {value!r} for {head} parameter {key}: give {kind}"
+            ) from None
     return replace(cls(), **given)
 
 
