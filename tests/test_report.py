@@ -199,9 +199,9 @@ def test_the_report_shows_its_progress_from_its_first_line(results, tmp_path):
     # Before the plotting libraries load, then once the runs are read.
     assert lines[0] == f"report: reading the runs in {results}"
     assert f"report: 5 runs read; building the tables and figures for {tmp_path}" in lines
-    # A bar over the parts (the digits table's 12, classification, tuned-vs-default), each
-    # named while it is built.
-    assert any(re.match(r"report:\s+0%.*\| 0/14 \[.*digits: embedding_files\]", li) for li in lines)
+    # A bar over the parts (the digits table's 11, the t-SNE only with --tsne; classification,
+    # tuned-vs-default), each named while it is built.
+    assert any(re.match(r"report:\s+0%.*\| 0/13 \[.*digits: embedding_files\]", li) for li in lines)
     assert any("tuned-vs-default: tuned_default_files]" in li for li in lines), lines
 
 

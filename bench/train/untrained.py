@@ -75,10 +75,12 @@ def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
     if run.evaluations:  # they may read the loss: not shared
         return run.test(clustering="none")[0]
     key = network_key(run)
-    normalize = bool(run.loss.normalize_embeddings)
-    if (key, normalize) in cache.metrics:
+    # scored as the run scores: normalised or not, by its search (faiss, or torch on a device)
+    scoring = (bool(run.loss.normalize_embeddings), repr(sorted(run.search.items())))
+    normalize = scoring[0]
+    if (key, scoring) in cache.metrics:
         log.info(f"{run.name}: the untrained network's test metrics as an earlier run's (same)")
-        return dict(cache.metrics[(key, normalize)])
+        return dict(cache.metrics[(key, scoring)])
     if key not in cache.embeddings:
         cache.keep_embeddings(key, raw_test_embeddings(run))
     emb, labels = cache.embeddings[key]
@@ -88,7 +90,7 @@ def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
         run.protocol, emb.numpy(), labels, query_flags(run.data.test), run.cfg.seed, "none",
         **run.search,
     )  # fmt: skip
-    cache.metrics[(key, normalize)] = dict(metrics)
+    cache.metrics[(key, scoring)] = dict(metrics)
     return metrics
 
 
