@@ -152,6 +152,7 @@ def glyphs_baselines(tmp_path_factory) -> Path:
     from filelock import FileLock  # torch's own dependency
 
     from bench.train.baseline import run_baseline
+    from bench.train.compute import Compute
     from bench.train.presets import make_configs
 
     shared = tmp_path_factory.getbasetemp()
@@ -163,7 +164,7 @@ def glyphs_baselines(tmp_path_factory) -> Path:
             shutil.rmtree(results, ignore_errors=True)
             results.mkdir()
             (cfg,) = make_configs("glyphs", "contrastive", (16,), {}, seed=0)
-            run_baseline(cfg, results)
+            run_baseline(cfg, results, Compute.resolve("cpu"))
             done.touch()
     return results
 

@@ -161,8 +161,7 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     import bench.evaluation.clustering as clustering
     import bench.evaluation.health as health
     import bench.evaluation.retrieval as retrieval
-    import bench.train.baseline
-    import bench.train.trainer
+    import bench.util.torch_knn
     from tests.conftest import cli
 
     args = ["run", "--loss", "contrastive", "--dataset", "glyphs:classes=20,instances=12"]
@@ -188,8 +187,8 @@ def test_a_run_given_a_search_device_evaluates_there_with_the_same_metrics(tmp_p
     monkeypatch.setattr(
         health, "variance_spectrum", lambda x: healthy.append(x.device) or spectrum(x)
     )
-    for module in (bench.train.trainer, bench.train.baseline):
-        monkeypatch.setattr(module, "search_device", lambda device: torch.device("cpu"))
+    # Where the command resolves its device (`Compute.resolve`), the one place that asks.
+    monkeypatch.setattr(bench.util.torch_knn, "search_device", lambda device: torch.device("cpu"))
     assert cli(*args, "--results", tmp_path / "torch").exit_code == 0
     # Both baselines' tests; the run's untrained network's test (MAP@R at init), its epoch's
     # validation, its test and its training split.

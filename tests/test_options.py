@@ -339,7 +339,7 @@ def test_tune_holds_optimizer_and_memory_for_every_run_and_names_the_study(tmp_p
 
 
 def write_record(folder, cfg: RunConfig) -> None:
-    """A config.json as the trainer writes it (bench/train/trainer.py config_record)."""
+    """A config.json as the trainer writes it (bench/train/run_record.py, config_record)."""
     record = {**cfg.to_dict(), "run_id": cfg.run_id(), "resolved_loss_params": {}, "device": ""}
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps({**record, "versions": {"torch": "x"}}))

@@ -268,12 +268,13 @@ def test_the_untrained_baseline_is_pooled_as_its_runs_are(tmp_path):
     import numpy as np
 
     from bench.train.baseline import run_baseline
+    from bench.train.compute import Compute
 
     tiny = "glyphs:classes=20,instances=8,size=12"
     folders = {}
     for pooling in ("avg", "avg+max"):
         cfg = RunConfig(dataset=tiny, loss="contrastive", dims=8, pooling=pooling)
-        folders[pooling] = run_baseline(cfg, tmp_path, torch.device("cpu"))[1]
+        folders[pooling] = run_baseline(cfg, tmp_path, Compute.resolve("cpu"))[1]
     assert folders["avg"] != folders["avg+max"]
     with (
         np.load(folders["avg"] / "test_embeddings.npz") as a,

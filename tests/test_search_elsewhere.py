@@ -48,9 +48,11 @@ def test_linear_evaluates_and_ranks_on_the_device_it_is_given(tmp_path, monkeypa
     monkeypatch.setattr(torch_knn, "search_device", lambda device: CPU)  # the CPU as a GPU
     out = CliRunner().invoke(main, [*args, "--results", tmp_path / "torch"])
     assert out.exit_code == 0, out.output
-    # mprec's search and the health's closest class means (the evaluator searches with
-    # its own chunks of TorchSearch)
-    assert len(searched) == 2
+    # mprec's search and the health's closest class means, and the health of both
+    # baselines, given the same search (`Compute`: before, they derived their own from the
+    # device, which this test's stand-in did not reach); the evaluator searches with its own
+    # chunks of TorchSearch
+    assert len(searched) == 4
     (faiss_run,) = (tmp_path / "faiss").glob("digits-linear-pca-*")
     (torch_run,) = (tmp_path / "torch").glob("digits-linear-pca-*")
     faiss_metrics, torch_metrics = store.read_metrics(faiss_run), store.read_metrics(torch_run)

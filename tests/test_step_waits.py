@@ -123,6 +123,7 @@ def test_a_training_epoch_of_the_harness_never_waits_for_the_device(
 ):
     """The whole step as the trainer takes it: the batch to the device, the crops, the network
     under its precision, the loss, the guard on its value, backward and the optimizer."""
+    from bench.train.compute import Compute
     from bench.train.loaders import with_data_identity
     from bench.train.presets import make_configs
     from bench.train.trainer import Trainer
@@ -132,7 +133,7 @@ def test_a_training_epoch_of_the_harness_never_waits_for_the_device(
     settings.update(crop=16, val_fraction=0.0, precision=precision)
     (cfg,) = make_configs(f"folder:{jpeg_folder}", loss, (8,), {}, **settings)
     (cfg,) = with_data_identity([cfg])
-    trainer = Trainer(cfg, tmp_path / "run", torch.device("cpu"))
+    trainer = Trainer(cfg, tmp_path / "run", Compute.resolve("cpu"))
     trainer.refresh()
     trainer.train_epoch(0)
     trainer.loader = LoadedApart(trainer.loader)

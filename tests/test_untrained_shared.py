@@ -4,10 +4,9 @@ and are the same to the bit as each run's own evaluation."""
 
 from __future__ import annotations
 
-import torch
-
 import bench.models.embed as embed_module
 import bench.train.trainer as trainer_module
+from bench.train.compute import Compute
 from bench.train.presets import make_configs
 from bench.train.untrained import CACHE, UntrainedCache, network_key, untrained_metrics
 
@@ -18,7 +17,7 @@ def trainer(tmp_path, loss: str, seed: int = 0) -> trainer_module.Trainer:
     (cfg,) = make_configs(
         DATA, loss, (8,), {}, epochs=1, val_fraction=0.2, batch_size=16, m_per_class=4, seed=seed
     )
-    return trainer_module.Trainer(cfg, tmp_path / cfg.run_id(), torch.device("cpu"))
+    return trainer_module.Trainer(cfg, tmp_path / cfg.run_id(), Compute.resolve("cpu"))
 
 
 def test_runs_of_one_network_embed_the_test_split_once(tmp_path, monkeypatch):

@@ -58,13 +58,12 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
     size and seed, evaluated with mprec@K (K = 1..50) and the common metrics. The methods fit
     on the CPU; on a GPU (--device) the evaluation and mprec search there."""
     from bench.classic.methods import linear_runs, run_linear_method
-    from bench.cli.training import run_device
+    from bench.cli.training import run_compute
     from bench.data.features import load_features
     from bench.train.preflight import check_scorable
     from bench.train.presets import make_configs
-    from bench.util.torch_knn import search_device
 
-    device = run_device(device)
+    compute = run_compute(device)
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
     try:
@@ -80,11 +79,11 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
 
         split = protocol if dataset == "digits" else "metric"
         base = with_data_identity(make_configs(dataset, "untrained", None, {}, protocol=split))
-        run_baseline(base[0], results, device=device)
+        run_baseline(base[0], results, compute)
         for name, d, s, params in plan:
             run_dir = run_linear_method(
                 name, dataset, d, s, params, results, force, protocol, feats,
-                search_device(device),
+                compute.search,
             )  # fmt: skip
             metrics = store.read_metrics(run_dir)
             shown = "  ".join(

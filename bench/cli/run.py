@@ -108,11 +108,12 @@ def run(ctx, loss, dataset, dims, seeds, triplet_form, config, results, force, d
             loss = "triplet-nca"
         here = dispatch.executor != "slurm"
         configs = planned_configs(loss, dataset, dims, seeds, options, here)
-    if dispatch.executor == "none":
-        checked_device(device)  # before anything is written
     if nproc > 1 and "WORLD_SIZE" not in os.environ:
+        checked_device(device)  # one line here, not one per process from under torchrun
         check_before_torchrun(configs, nproc)
         relaunch_with_torchrun(nproc)
+    # The device is resolved where the runs train (`training.run_all`), once: in this process,
+    # or in each job (a login node may have no GPU).
     submit_runs(configs, results, dispatch, force, device)
 
 

@@ -22,21 +22,25 @@ from bench.util.errors import first_line
 from bench.util.progress import log
 
 if TYPE_CHECKING:
+    import torch
+
     from bench.data.datasets import DataSplits
+    from bench.train.compute import Compute
 
 INTERRUPTED = "interrupted; run the same command again to resume"
 
 
-def run_device(name: str | None):
-    """The --device as a torch device; CUDA where present when none is given."""
-    from bench.util.runtime import default_device
+def run_compute(name: str | None) -> Compute:
+    """The --device checked (`checked_device`) and resolved, once, into where this process's
+    runs compute (`Compute`: CUDA where present when none is given; the search's device)."""
+    from bench.train.compute import Compute
 
-    return checked_device(name) or default_device()
+    return Compute.resolve(checked_device(name))
 
 
-def checked_device(name: str | None):
-    """The --device as a torch device (None: CUDA when present); a one-line error for a name
-    torch does not know or for CUDA on a machine without it."""
+def checked_device(name: str | None) -> torch.device | None:
+    """The --device as a torch device (None when none is given: `run_compute` resolves it); a
+    one-line error for a name torch does not know or for CUDA on a machine without it."""
     if name is None:  # before torch's import: `run`'s checks of its inputs come first
         return None
     import torch
@@ -117,12 +121,16 @@ def checked_runs(configs: list, world: int = 1) -> tuple[list, DataSplits]:
     return configs, check_runs(configs, world)
 
 
-def run_all(configs: list, results: Path, force: bool, device) -> None:
-    """The baseline of the first config's data set, then every config; one-line errors, and
-    on Ctrl-C or SIGTERM a line saying how to resume (exit 130 or 143)."""
+def run_all(configs: list, results: Path, force: bool, device: torch.device | None) -> None:
+    """The baseline of the first config's data set, then every config, where the checked
+    --device (`checked_device`; None: not given) is resolved, once for all of them
+    (`Compute`); one-line errors, and on Ctrl-C or SIGTERM a line saying how to resume
+    (exit 130 or 143)."""
+    from bench.train.compute import Compute
+
     try:
         with resumable_stops():
-            diverged = train_all(configs, results, force, device)
+            diverged = train_all(configs, results, force, Compute.resolve(device))
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(first_line(err)) from None
     if diverged:
@@ -157,33 +165,37 @@ def given_loss_params(run_dir: Path) -> dict:
     return params if isinstance(params, dict) else {}
 
 
-def train_all(configs: list, results: Path, force: bool, device) -> list[str]:
+def train_all(configs: list, results: Path, force: bool, compute: Compute) -> list[str]:
     """Every run checked, then the baseline of the first one's data set and every run (all
-    processes together under torchrun); the runs that diverged."""
+    processes together under torchrun), each given `compute`; the runs that diverged."""
     from bench.train.baseline import run_baseline
     from bench.train.distributed import ranks_from_env
     from bench.train.preflight import check_results_outside_data, check_runs
     from bench.train.trainer import Trainer
-    from bench.util.runtime import default_device
 
-    ranks = ranks_from_env(device or default_device())
+    ranks = ranks_from_env(compute.device)
     check_results_outside_data(configs, results)
     configs = identified(configs)
     if ranks.world == 1:  # what it does from the start: the checks load the data
         log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")
     data = check_runs(configs, ranks.world)
     if ranks.world > 1:
-        return train_distributed(configs, results, force, device, ranks, data)
-    run_baseline(configs[0], results, device, data)
+        return train_distributed(configs, results, force, compute, ranks, data)
+    run_baseline(configs[0], results, compute, data)
     return [
         cfg.run_id()
         for cfg in configs
-        if train_one(cfg, results / cfg.run_id(), force, device, Trainer)
+        if train_one(cfg, results / cfg.run_id(), force, compute, Trainer)
     ]
 
 
 def train_distributed(
-    configs: list, results: Path, force: bool, device, ranks, data: DataSplits | None = None
+    configs: list,
+    results: Path,
+    force: bool,
+    compute: Compute,
+    ranks,
+    data: DataSplits | None = None,
 ) -> list[str]:
     """Under torchrun: the first process writes the baseline and says which runs are
     finished; all processes train each other run together (bench/train/distributed.py).
@@ -198,7 +210,7 @@ def train_distributed(
         raise ValueError("--force needs one process; run it without torchrun or --nproc")
     if ranks.main:
         log.info(f"{len(configs)} run(s) on {ranks.world} processes into {results}")
-        run_baseline(configs[0], results, device, data)
+        run_baseline(configs[0], results, compute, data)
     else:
         log.setLevel(logging.WARNING)
     diverged = []
@@ -209,7 +221,7 @@ def train_distributed(
                 note = processes_note(recorded(run_dir), ranks.world)
                 click.echo(f"{run_dir}: finished{note}, skipped")
             continue
-        metrics = Trainer(cfg, run_dir, device).fit()
+        metrics = Trainer(cfg, run_dir, compute).fit()
         if ranks.main:
             click.echo(f"{run_dir}: {summary_line(metrics)}")
         if "diverged" in metrics:
@@ -249,7 +261,7 @@ def summary_line(metrics: dict) -> str:
     return line
 
 
-def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
+def train_one(cfg, run_dir: Path, force: bool, compute: Compute, trainer_cls) -> bool:
     """Train a run, skip it when finished, or with --force retrain it beside the finished one,
     which is replaced only when the rerun has finished (a failed rerun loses nothing; the
     same command resumes it); another process at it first is waited for. Whether the run
@@ -258,10 +270,10 @@ def train_one(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
 
     with store.run_lock(run_dir, cache_folder() / "locks", say=log.info):
         store.remove_stale_temporaries(run_dir)
-        return train_locked(cfg, run_dir, force, device, trainer_cls)
+        return train_locked(cfg, run_dir, force, compute, trainer_cls)
 
 
-def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
+def train_locked(cfg, run_dir: Path, force: bool, compute: Compute, trainer_cls) -> bool:
     store.recover_run(run_dir)
     finished = store.is_finished(run_dir)
     if finished and not force:
@@ -279,7 +291,7 @@ def train_locked(cfg, run_dir: Path, force: bool, device, trainer_cls) -> bool:
     if force and not finished and run_dir.exists():
         shutil.rmtree(run_dir)  # an unfinished run: nothing to keep
     target = store.staging_folder(run_dir) if finished else run_dir
-    metrics = trainer_cls(cfg, target, device).fit()
+    metrics = trainer_cls(cfg, target, compute).fit()
     if finished:
         store.replace_run(target, run_dir)
     click.echo(f"{run_dir}: {summary_line(metrics)}")

@@ -72,8 +72,7 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k, device):
     training and test embeddings, the same- vs different-class similarity scatter, and
     retrieval galleries (query images with their nearest test images, framed green or red).
     RUN_DIRS: one run folder or several (a shell pattern may match more than one)."""
-    from bench.cli.training import run_device
-    from bench.util.torch_knn import search_device
+    from bench.cli.training import run_compute
 
     runs = list(dict.fromkeys(run_dirs))
     if compare is not None and not gallery:
@@ -89,7 +88,7 @@ def visualize(run_dirs, out, max_points, gallery, compare, queries, k, device):
         check_finished(folder)
     for folder in runs:
         check_trained(folder)
-    search = search_device(run_device(device))  # None: faiss on the CPU
+    search = run_compute(device).search  # None: faiss on the CPU
     for run_dir in runs:
         target = (out / run_dir.name if len(runs) > 1 else out) if out else run_dir
         for path in visualize_one(

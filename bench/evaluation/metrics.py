@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -19,6 +19,9 @@ from bench.evaluation.clustering import (
 )
 from bench.evaluation.retrieval import R_PRECISION, RECALL_KS, gallery_scores, query_scores
 from bench.util.progress import duration, log
+
+if TYPE_CHECKING:
+    import torch
 
 # What every run's metrics.json holds, whatever its data set's Ks; and, of the default Ks, every
 # key an earlier version recorded (runs before R-Precision have none).
@@ -67,7 +70,8 @@ def evaluate(
     clustering: bool = True,
     best_of: bool = True,
     chunk: int | None = None,
-    device=None,
+    *,
+    device: torch.device | None = None,
     ks: Sequence[int] = RECALL_KS,
 ) -> Evaluation:
     """All retrieval and clustering metrics of one embedding of a labelled set: R@K for each K
@@ -103,7 +107,8 @@ def evaluate_gallery(
     gallery: np.ndarray,
     gallery_labels: np.ndarray,
     chunk: int | None = None,
-    device=None,
+    *,
+    device: torch.device | None = None,
     ks: Sequence[int] = RECALL_KS,
 ) -> Evaluation:
     """R@K, R-Precision and MAP@R of queries searched in a separate gallery (In-Shop's

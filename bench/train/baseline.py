@@ -24,6 +24,7 @@ from bench.runs.weights import (
     untrained_label,
     weights_record,
 )
+from bench.train.compute import Compute
 from bench.train.evaluations import evaluations_of, retrieval_scores
 from bench.train.loaders import input_size, item_size, load_data
 from bench.train.optimizers import optimizer_text
@@ -31,8 +32,7 @@ from bench.train.option_checks import unused
 from bench.util.arrays import l2_normalised
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
-from bench.util.runtime import default_device, package_versions, seed_everything
-from bench.util.torch_knn import search_device
+from bench.util.runtime import package_versions, seed_everything
 from losses import loss_family
 
 
@@ -94,20 +94,17 @@ def baseline_config(cfg: RunConfig, dims: int, **settings) -> RunConfig:
 
 
 def run_baseline(
-    cfg: RunConfig,
-    results: Path,
-    device: torch.device | None = None,
-    data: DataSplits | None = None,
+    cfg: RunConfig, results: Path, compute: Compute, data: DataSplits | None = None
 ) -> list[Path]:
     """The two baseline rows of every table, L2-normalised and evaluated like any run: the raw
     test inputs (pixels or feature vectors, flattened), and the test split through the run's
     backbone before any metric training (its seeded random init, or its pretrained weights).
-    `data`: the run's data, when it is loaded already."""
-    device = device or default_device()
+    `compute`: where the network embeds and the evaluator searches, as the command resolved
+    --device. `data`: the run's data, when it is loaded already."""
     data = load_data(cfg) if data is None else data
     raw = data.test.inputs()
     raw_cfg = baseline_config(cfg, raw.shape[1], backbone="none", embedding="inputs")
-    given = dict(data=data, results=results, device=search_device(device))  # None: faiss
+    given = dict(data=data, results=results, search=compute.search)
 
     def inputs(split) -> np.ndarray:
         return raw if split is data.test else split.inputs()
@@ -115,9 +112,13 @@ def run_baseline(
     runs = [write_baseline(raw_cfg, "raw inputs", inputs, **given)]
     seed_everything(cfg.seed)
     model = build_model(
-        cfg.backbone, cfg.dims, cfg.pretrained, data.in_channels, pooling=cfg.pooling,
+        cfg.backbone,
+        cfg.dims,
+        cfg.pretrained,
+        data.in_channels,
+        pooling=cfg.pooling,
         image_size=cfg.crop,
-    ).to(device)  # fmt: skip
+    ).to(compute.device)
     # its pooling names it where not the default (avg), as a run's: a baseline of each
     settings = dict(backbone=cfg.backbone, pretrained=cfg.pretrained, embedding="backbone")
     settings["pooling"] = cfg.pooling
@@ -125,7 +126,7 @@ def run_baseline(
     label = untrained_label(cfg.backbone, cfg.pretrained, current_weights_label(cfg.pretrained))
 
     def features(split) -> np.ndarray:
-        return embed(model, split, device, features=True, workers=cfg.workers)[0].numpy()
+        return embed(model, split, compute.device, features=True, workers=cfg.workers)[0].numpy()
 
     runs.append(write_baseline(net_cfg, label, features, **given))
     return runs
@@ -137,12 +138,13 @@ def write_baseline(
     features_of: Callable[[Any], np.ndarray],
     data: DataSplits,
     results: Path,
-    device: torch.device | None = None,
+    search: torch.device | None = None,
 ) -> Path:
     """A baseline's run folder, evaluated unless it is finished already (`features_of(split)`:
     its features of a split of `data`), searched as its protocol searches, with what its
     protocol's evaluations give without a trained part (`Evaluation.baseline`: the pairs'
-    verification); `device`: the search's, None for faiss on the CPU."""
+    verification); `search`: the evaluator's device (`Compute.search`; None: faiss on the
+    CPU)."""
     run_dir = Path(results) / base.run_id()
     if store.is_finished(run_dir):
         changed = changed_weights(store.read_metrics(run_dir), base.pretrained)
@@ -156,16 +158,22 @@ def write_baseline(
     atomic_write_json(run_dir / store.CONFIG, record)
     protocol = get_protocol(base.protocol)
     metrics, scores = retrieval_scores(
-        protocol, embeddings, labels, queries, base.seed, base.clustering, device,
-        recall_ks(base.dataset),
-    )  # fmt: skip
+        protocol,
+        embeddings,
+        labels,
+        queries,
+        base.seed,
+        base.clustering,
+        device=search,
+        ks=recall_ks(base.dataset),
+    )
 
     def normalised(split) -> np.ndarray:
         return embeddings if split is data.test else l2_normalised(features_of(split))
 
     for evaluation in evaluations_of(protocol.evaluations):
         metrics.update(evaluation.baseline(data, normalised))
-    metrics.update(embedding_health(embeddings, labels, seed=base.seed, device=device))
+    metrics.update(embedding_health(embeddings, labels, seed=base.seed, device=search))
     store.save_test_embeddings(run_dir, embeddings, labels, scores, queries)
     given = input_size(data) if base.backbone != "none" else item_size(data)  # raw: the items
     metrics.update(run_summary(base, features=label, input_size=given))

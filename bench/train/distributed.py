@@ -16,11 +16,15 @@ with BatchNorm trains slightly differently from one process (a GroupNorm network
 """
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, Sampler
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,3 +140,34 @@ def share_from_main(value, ranks: Ranks):
     box = [value if ranks.main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def decided_by_main(decide: Callable[[], T], ranks: Ranks, raises: type[Exception]) -> T:
+    """`decide()` on the first process; on every process its result, or the `raises` error it
+    raised (raised on each), so that all of them follow the first process's decision (the
+    validation that selects the checkpoint, or its divergence)."""
+    if ranks.world == 1:
+        return decide()
+    outcome = None
+    if ranks.main:
+        try:
+            outcome = decide()
+        except raises as err:
+            outcome = err
+    outcome = share_from_main(outcome, ranks)
+    if isinstance(outcome, raises):
+        raise outcome
+    return outcome
+
+
+def share_state(module: torch.nn.Module, ranks: Ranks) -> None:
+    """The first process's state of `module` (a loss's refreshed bank) on every process."""
+    if ranks.world > 1:
+        state = {k: v.cpu() for k, v in module.state_dict().items()}
+        module.load_state_dict(share_from_main(state, ranks))
+
+
+def wait_for_main(ranks: Ranks) -> None:
+    """Every process waits here for the others (the first, writing a run's files)."""
+    if ranks.world > 1:
+        dist.barrier()

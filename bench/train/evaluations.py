@@ -53,15 +53,16 @@ def retrieval_scores(
     queries: np.ndarray | None,
     seed: int,
     clustering: str = "full",
-    device=None,
+    *,
+    device: torch.device | None = None,
     ks: Sequence[int] = RECALL_KS,
 ) -> tuple[dict, Scores]:
     """(R@K, NMI, R-Precision and MAP@R, each query's scores) of a test split as the protocol
     searches it:
     every item among the others (`evaluate`), or, with a gallery, each query (`queries` flags
     them) among the gallery items only (`gallery_metrics`), the scores those of the queries.
-    `clustering`: which NMI (`CLUSTERING`, a run's setting). `device`: the search's (None:
-    faiss on the CPU; see `bench.util.torch_knn.search_device`). `ks`: the data set's Recall@K
+    `clustering`: which NMI (`CLUSTERING`, a run's setting). `device`: the search's, by name
+    (a run's `Compute.search`; None: faiss on the CPU). `ks`: the data set's Recall@K
     (`bench.data.recall_ks`)."""
     if not protocol.gallery:
         clustering, left_out = fitted_clustering(clustering, emb, labels, BEST_OF, device)
@@ -74,7 +75,7 @@ def retrieval_scores(
             "test split has none (a data set without query and gallery images)"
         )
     flags = np.asarray(queries, dtype=bool)
-    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering, device, ks)
+    return gallery_metrics(emb, np.asarray(labels), flags, seed, clustering, device=device, ks=ks)
 
 
 def gallery_metrics(
@@ -83,7 +84,8 @@ def gallery_metrics(
     queries: np.ndarray,
     seed: int,
     clustering: str = "full",
-    device=None,
+    *,
+    device: torch.device | None = None,
     ks: Sequence[int] = RECALL_KS,
 ) -> tuple[dict, Scores]:
     """R@K, R-Precision and MAP@R of the queries searched in the gallery (`evaluate_gallery`),

@@ -22,6 +22,9 @@ class Diverged(ValueError):
         where = f"step {step} (loss {value})" if isinstance(step, int) else step
         super().__init__(f"epoch {epoch}, {where}")
 
+    def __reduce__(self):  # sent between processes (`decided_by_main`): made again from its place
+        return type(self), (self.epoch, self.step, self.value)
+
 
 class StepLosses:
     """The training loss of every step of an epoch, kept where it was computed and read every

@@ -13,6 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from bench.runs.config import RunConfig
+from bench.train.compute import Compute
 from bench.train.loaders import with_data_identity
 from bench.train.optimizers import optimizer_class
 from bench.train.precision import Precision
@@ -50,7 +51,7 @@ def step_rates(
 def harness_rate(cfg: RunConfig, device: torch.device, run_dir: Path) -> tuple[float, float, float]:
     """Training images per second of the harness's second epoch (the first warms it up), the
     seconds it waited for its first batch, and its rate had it not waited."""
-    trainer = Trainer(cfg, run_dir, device)
+    trainer = Trainer(cfg, run_dir, Compute.resolve(device))
     trainer.refresh()
     trainer.train_epoch(0)
     trainer.loader = timed = FirstBatchTimer(trainer.loader)

@@ -11,56 +11,52 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from bench.data.datasets import query_flags
 from bench.data.recall_ks import recall_ks
-from bench.evaluation.health import embedding_health
-from bench.evaluation.metrics import Scores, evaluate
-from bench.evaluation.retrieval import distance_fault
+from bench.evaluation.metrics import Scores
 from bench.models.embed import embed, embedding_loader
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
 from bench.runs import store, weights
 from bench.runs.config import RunConfig
-from bench.train.baseline import run_summary
 from bench.train.checkpoint import checkpoint_bytes, fresh_progress, load_checkpoint
+from bench.train.compute import Compute
 from bench.train.distributed import (
+    decided_by_main,
     gather_batch,
-    local_device,
     ranks_from_env,
-    share_from_main,
+    share_state,
+    wait_for_main,
     wrap_model,
 )
-from bench.train.evaluations import evaluations_of, retrieval_scores
+from bench.train.evaluations import evaluations_of
 from bench.train.guards import (
     Diverged,
     DivergedAtStart,
     StepLosses,
-    ending_warnings,
     epoch_seed,
     epoch_summary,
     widen_steps,
 )
-from bench.train.loaders import (
-    epoch_loader,
-    input_size,
-    load_data,
-    raised_m_note,
-    sampler_text,
-    split_counts,
-    train_loader,
-)
+from bench.train.loaders import epoch_loader, load_data, raised_m_note, train_loader
 from bench.train.optimizers import make_optimizer, optimizer_text
 from bench.train.precision import Precision
 from bench.train.preflight import check_run
 from bench.train.recipes import Recipe
+from bench.train.run_evaluation import checkpoint_metrics, searched_test, validation_metrics
+from bench.train.run_record import (
+    config_record,
+    note,
+    tested_summary,
+    write_metrics,
+    write_validation,
+)
 from bench.train.tracking import RunLog, open_run_log
 from bench.train.untrained import untrained_metrics
 from bench.util.atomic import atomic_write_json, background_writes
 from bench.util.batches import to_inputs
 from bench.util.progress import log
-from bench.util.runtime import default_device, deterministic_cpu, package_versions, seed_everything
-from bench.util.torch_knn import search_device
-from losses import build_loss, loss_defaults
+from bench.util.runtime import deterministic_cpu, seed_everything
+from losses import build_loss
 
 SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
 
@@ -68,16 +64,17 @@ SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
 class Trainer:
     """Trains one configuration into its run folder, resuming from its last checkpoint."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, device: torch.device | None = None):
+    def __init__(self, cfg: RunConfig, run_dir: Path, compute: Compute | None = None):
         self.cfg = cfg
         self.testing = True
         self.run_dir = Path(run_dir)
         self.name = cfg.run_id()  # also when it trains in a staging folder (run --force)
-        self.device = device or default_device()
+        # Where it trains and searches, as its command resolved --device; resolved here only
+        # for a caller with no --device (tune).
+        self.compute = Compute.resolve() if compute is None else compute
+        self.device = self.compute.device
         self.ranks = ranks_from_env(self.device)
-        self.device = local_device(self.device)
-        # Where kNN searches (None: faiss on the CPU), and the data set's Recall@K.
-        self.search = {"device": search_device(self.device), "ks": recall_ks(cfg.dataset)}
+        self.ks = recall_ks(cfg.dataset)  # the data set's Recall@K
         self.loader = None  # the training batches' loader, made at the first epoch
         self.loaders: dict[int, DataLoader] = {}  # each split's embedding loader, by id
         self.run_log = RunLog()  # the experiment log (--log) while fit() runs
@@ -94,10 +91,10 @@ class Trainer:
             f"{cfg.backbone} ({self.weights}) with a {cfg.dims}-d {cfg.embedding} "
             f"embedding for {cfg.loss} on {self.device}"
         )
+        channels = self.data.in_channels
         self.model = build_model(
-            cfg.backbone, cfg.dims, cfg.pretrained, self.data.in_channels, cfg.embedding,
-            cfg.pooling, cfg.crop,
-        )  # fmt: skip
+            cfg.backbone, cfg.dims, cfg.pretrained, channels, cfg.embedding, cfg.pooling, cfg.crop
+        )
         self.loss = build_loss(
             cfg.loss,
             cfg.loss_params,
@@ -106,8 +103,8 @@ class Trainer:
             num_classes=self.data.num_train_classes,
             dims=cfg.dims,
         )
-        if note := raised_m_note(cfg, self.loss, self.data):
-            log.info(f"{self.name}: {note}")
+        if raised := raised_m_note(cfg, self.loss, self.data):
+            log.info(f"{self.name}: {raised}")
         self.model.to(self.device)
         self.loss.to(self.device)
         self.precision = Precision(cfg.precision, self.device)
@@ -122,18 +119,6 @@ class Trainer:
     def optimizer_text(self) -> str:
         return optimizer_text(self.cfg, self.loss.lr_multiplier)
 
-    def config_record(self) -> dict:
-        params = {**loss_defaults(self.cfg.loss), **self.cfg.loss_params}
-        return {
-            **self.cfg.to_dict(),
-            "run_id": self.name,
-            "weights": self.weights,
-            "resolved_loss_params": params,
-            "versions": {**package_versions(), **self.data.packages},
-            "device": str(self.device),
-            "torch_threads": torch.get_num_threads(),  # a CPU run's bits depend on it (README)
-        }
-
     def refresh(self) -> None:
         """The loss's per-epoch refresh (NNGK's bank); the first process's, sent to the others."""
         if self.ranks.main:
@@ -141,9 +126,7 @@ class Trainer:
                 split = self.data.train_eval
                 emb, labels = embed(self.model, split, self.device, loader=self.loader_of(split))
             self.loss.refresh(emb.to(self.device), torch.from_numpy(labels).to(self.device))
-        if self.ranks.world > 1:
-            state = {k: v.cpu() for k, v in self.loss.state_dict().items()}
-            self.loss.load_state_dict(share_from_main(state, self.ranks))
+        share_state(self.loss, self.ranks)
 
     def train_epoch(self, epoch: int) -> StepLosses:
         seed = epoch_seed(self.cfg, epoch)
@@ -188,51 +171,33 @@ class Trainer:
         return self.loaders[id(split)]
 
     def validate(self, epoch: int) -> dict:
-        """Validation metrics with what the protocol's evaluations add, and `score` (higher is
-        better) to select the checkpoint by, as the protocol declares it; the epoch itself
-        without a validation split."""
-        if not len(self.data.val):  # --val-fraction 0: every epoch beats the one before
-            return {"score": float(epoch)}
-        emb, labels = self.embed_split(self.data.val)
-        fault = distance_fault(emb)
-        if fault:
-            raise Diverged(epoch, f"validation embeddings: {fault}", float("nan"))
-        metrics = evaluate(emb, labels, seed=self.cfg.seed, clustering=False, **self.search).metrics
-        for evaluation in self.evaluations:
-            metrics.update(evaluation.validate(self, emb, labels))
-        metrics["score"] = self.protocol.score_of(metrics)
-        return metrics
+        """`run_evaluation.validation_metrics`: with `score`, to select the checkpoint by."""
+        return validation_metrics(self, epoch)
 
     def test(
         self, write_tables: bool = False, clustering: str = ""
     ) -> tuple[dict, np.ndarray, np.ndarray, Scores]:
-        """Test metrics, searched as the protocol searches (with a gallery: the test split's
-        queries in its gallery), with what the protocol's evaluations add (`write_tables`: their
-        tables into the run folder); the test embeddings and labels, and each query's scores.
-        `clustering`: which NMI (default: the run's)."""
-        emb, labels = self.embed_split(self.data.test)
-        queries = query_flags(self.data.test)
-        clustering = clustering or self.cfg.clustering
-        metrics, scores = retrieval_scores(
-            self.protocol, emb, labels, queries, self.cfg.seed, clustering, **self.search
-        )
-        for evaluation in self.evaluations:
-            metrics.update(evaluation.test(self, emb, labels, write_tables))
-        return metrics, emb, labels, scores
+        """`run_evaluation.searched_test`: the metrics, embeddings, labels and query scores."""
+        return searched_test(self, write_tables, clustering)
 
     def start_or_resume(self) -> dict:
         """The progress so far: from the last checkpoint, or a fresh start."""
         ckpt_path = self.run_dir / store.CHECKPOINT
         if ckpt_path.is_file():
             state = load_checkpoint(
-                ckpt_path, self.device, self.model, self.loss, self.optimizer,
-                self.precision.scaler, self.recipe.scheduler,
-            )  # fmt: skip
+                ckpt_path,
+                self.device,
+                self.model,
+                self.loss,
+                self.optimizer,
+                self.precision.scaler,
+                self.recipe.scheduler,
+            )
             epoch = state["progress"]["epoch"]
             log.info(f"{self.name}: resuming after epoch {epoch} of {self.cfg.epochs}")
             return state["progress"]
         if self.ranks.main:
-            atomic_write_json(self.run_dir / store.CONFIG, self.config_record())
+            atomic_write_json(self.run_dir / store.CONFIG, config_record(self))
         # The network before any metric training (the report reads its MAP@R: no k-means).
         if not (self.testing and self.ranks.main):
             return fresh_progress({})
@@ -276,7 +241,7 @@ class Trainer:
             row.update({f"val_{k}": v for k, v in val.items() if k != "score"})
             row.update(self.loss.epoch_stats())
             if epoch + 1 == cfg.epochs:  # how training ended: early epochs may look flat
-                self.note(progress, self.loss.warnings())
+                note(self.name, progress, self.loss.warnings())
             row["seconds"] = time.perf_counter() - t0
             progress["history"].append(row)
             progress["epoch"] = epoch + 1
@@ -285,9 +250,13 @@ class Trainer:
             self.recipe.end_epoch()
             if self.ranks.main:  # the checkpoint, then a history never ahead of it
                 state = checkpoint_bytes(
-                    self.model, self.loss, self.optimizer, progress,
-                    self.precision.scaler, self.recipe.scheduler,
-                )  # fmt: skip
+                    self.model,
+                    self.loss,
+                    self.optimizer,
+                    progress,
+                    self.precision.scaler,
+                    self.recipe.scheduler,
+                )
                 history = store.history_csv(progress["history"])
                 self.writes.write(
                     (self.run_dir / store.CHECKPOINT, state),
@@ -297,36 +266,16 @@ class Trainer:
 
     def shared_validation(self, epoch: int) -> dict:
         """`validate` on the first process; the others take its result (or its divergence)."""
-        if self.ranks.world == 1:
-            return self.validate(epoch)
-        outcome = None
-        if self.ranks.main:
-            try:
-                outcome = self.validate(epoch)
-            except Diverged as where:
-                outcome = (where.epoch, where.step, where.value)
-        outcome = share_from_main(outcome, self.ranks)
-        if isinstance(outcome, tuple):
-            raise Diverged(*outcome)
-        return outcome
+        return decided_by_main(lambda: self.validate(epoch), self.ranks, Diverged)
 
     def conclude(self, progress: dict) -> dict:
         """The run's metrics.json: tested (`finish`), or a tuning trial's validation score;
         written by the first process, which the others wait for."""
         metrics = {}
         if self.ranks.main:
-            metrics = self.finish(progress) if self.testing else self.finish_validation(progress)
-        if self.ranks.world > 1:
-            torch.distributed.barrier()
+            metrics = self.finish(progress) if self.testing else write_validation(self, progress)
+        wait_for_main(self.ranks)
         return metrics
-
-    def note(self, progress: dict, warnings: list[str]) -> None:
-        """Log each new warning once, and keep it for metrics.json."""
-        kept = progress.setdefault("warnings", [])
-        for text in warnings:
-            if text not in kept:
-                log.warning(f"{self.name}: {text}")
-                kept.append(text)
 
     def stop_diverged(self, progress: dict, where: Diverged) -> dict:
         """Training went non-finite: finish with the best epoch so far, recording where it
@@ -343,58 +292,13 @@ class Trainer:
         )
         return self.conclude(progress)
 
-    def finish_validation(self, progress: dict) -> dict:
-        """A tuning trial's metrics.json: its best validation score and its settings."""
-        summary = run_summary(
-            self.cfg,
-            best_epoch=progress["best"]["epoch"],
-            optimizer=self.optimizer_text(),
-            weights=self.weights,
-        )
-        return self.write_metrics(progress, summary)
-
-    def write_metrics(self, progress: dict, metrics: dict) -> dict:
-        """metrics.json, written last: `metrics` with how training went (the validation score
-        of the chosen epoch, where it diverged, the loss's trend, the warnings)."""
-        metrics["val_score"] = progress["best"]["score"]
-        if "diverged" in progress:
-            metrics["diverged"] = progress["diverged"]
-        trend, warnings = ending_warnings(progress, metrics, self.cfg.lr)
-        self.note(progress, warnings)
-        metrics.update(trend)
-        metrics["warnings"] = progress.get("warnings", [])
-        self.writes.wait()  # the last checkpoint on disk (or its error) before the run is done
-        atomic_write_json(self.run_dir / store.METRICS, metrics)
-        return metrics
-
     def finish(self, progress: dict) -> dict:
+        """The chosen checkpoint tested (`run_evaluation.checkpoint_metrics`), its metrics.json
+        written with the run's settings and how its training went."""
         best = progress["best"]
         log.info(f"{self.name}: testing the checkpoint of epoch {best['epoch']}")
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
-        metrics, emb, labels, scores = self.test(write_tables=True)
-        metrics.update(embedding_health(emb, labels, self.cfg.seed, self.search["device"]))
-        self.run_log.test(metrics, best["epoch"])
-        store.save_test_embeddings(self.run_dir, emb, labels, scores, query_flags(self.data.test))
-        train, train_labels = self.embed_split(self.data.train_eval)  # for the visualisations
-        store.save_train_embeddings(self.run_dir, train, train_labels)
-        # R@K, MAP@R on the training split: how far test falls from it (Liu et al. 2019, Table 1)
-        train_metrics = evaluate(
-            train, train_labels, seed=self.cfg.seed, clustering=False, **self.search
-        ).metrics
-        metrics.update({f"train_{key}": value for key, value in train_metrics.items()})
-        metrics.update(
-            run_summary(
-                self.cfg,
-                best_epoch=best["epoch"],
-                optimizer=self.optimizer_text(),
-                weights=self.weights,
-                untrained_network=progress["untrained_network"],
-                loss_params={**loss_defaults(self.cfg.loss), **self.cfg.loss_params},
-                input_size=input_size(self.data),
-                sampler=sampler_text(self.cfg, self.loss, self.data),
-                split_counts=split_counts(self.data),
-                processes=self.ranks.world,
-            )
-        )
-        return self.write_metrics(progress, metrics)
+        metrics = checkpoint_metrics(self, best["epoch"])
+        metrics.update(tested_summary(self, progress))
+        return write_metrics(self, progress, metrics)

@@ -76,7 +76,7 @@ def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
         return run.test(clustering="none")[0]
     key = network_key(run)
     # scored as the run scores: normalised or not, by its search (faiss, or torch on a device)
-    scoring = (bool(run.loss.normalize_embeddings), repr(sorted(run.search.items())))
+    scoring = (bool(run.loss.normalize_embeddings), str(run.compute.search), tuple(run.ks))
     normalize = scoring[0]
     if (key, scoring) in cache.metrics:
         log.info(f"{run.name}: the untrained network's test metrics as an earlier run's (same)")
@@ -87,9 +87,15 @@ def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
     # as `embed` normalises: the whole split at once, after its batches; the kept one untouched
     emb = F.normalize(emb, dim=1) if normalize else emb.clone()
     metrics, _ = retrieval_scores(
-        run.protocol, emb.numpy(), labels, query_flags(run.data.test), run.cfg.seed, "none",
-        **run.search,
-    )  # fmt: skip
+        run.protocol,
+        emb.numpy(),
+        labels,
+        query_flags(run.data.test),
+        run.cfg.seed,
+        "none",
+        device=run.compute.search,
+        ks=run.ks,
+    )
     cache.metrics[(key, scoring)] = dict(metrics)
     return metrics
 
