@@ -366,6 +366,24 @@ def test_run_config_reruns_a_run_under_its_id(planned, tmp_path):
     one_line_error(invoke("run", "--config", tmp_path / "run"), "its data changed or moved since")
 
 
+def test_a_rerun_of_an_edited_record_blames_the_edit_not_the_data(planned, tmp_path):
+    # Before: an edited config.json was refused as "its data changed or moved since".
+    data = make_folder(tmp_path, classes=4, per_class=6)
+    (cfg,) = make_configs(f"folder:{data}", "nngk", (8,), {}, backbone="small_cnn",
+                          pretrained="none", resize=32, crop=28)  # fmt: skip
+    (cfg,) = with_data_identity([cfg])
+    write_record(tmp_path / "run", cfg)
+    file = tmp_path / "run" / "config.json"
+    file.write_text(json.dumps({**json.loads(file.read_text()), "lr": 0.5}))
+    edited = replace(cfg, lr=0.5).run_id()
+    out = invoke("run", "--config", tmp_path / "run")
+    one_line_error(
+        out,
+        f"config.json was edited, or written by another version (its settings are run {edited})",
+    )
+    assert "data changed" not in out.output
+
+
 def test_a_rerun_of_a_relative_folder_from_elsewhere_says_where_it_was_read(
     planned, tmp_path, monkeypatch
 ):

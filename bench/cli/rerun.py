@@ -68,13 +68,20 @@ def given_here(ctx: click.Context, name: str) -> bool:
 
 def check_same_run(cfg: RunConfig, record: dict) -> None:
     """A ValueError unless `cfg`, with its data's identity found again, is the recorded run:
-    the data it trains on moved or changed since, or the record was edited."""
+    the record was edited (its own settings give another id), or the data it trains on moved
+    or changed since."""
     if cfg.run_id() == record["run_id"]:
         return
-    changed = [k for k in DATA_IDENTITY if getattr(cfg, k) != record.get(k, "")]
-    why = (
-        f"its data changed or moved since ({', '.join(changed)}: now {getattr(cfg, changed[0])})"
-        if changed
-        else "the record does not give its id (edited, or written by another version)"
-    )
+    recorded = {k: record.get(k, "") for k in DATA_IDENTITY}
+    as_recorded = replace(cfg, **recorded).run_id()
+    if as_recorded != record["run_id"]:
+        # The record's own settings, with the data identity it recorded, give another id.
+        why = (
+            f"its config.json was edited, or written by another version (its settings are run "
+            f"{as_recorded}): restore it, or give those settings to `run` without --config"
+        )
+    else:
+        changed = [k for k in DATA_IDENTITY if getattr(cfg, k) != recorded[k]]
+        now = getattr(cfg, changed[0])
+        why = f"its data changed or moved since ({', '.join(changed)}: now {now})"
     raise ValueError(f"the rerun would be {cfg.run_id()}, not {record['run_id']}: {why}")
