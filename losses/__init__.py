@@ -1,45 +1,10 @@
-"""The harness's losses, one file each, registered by name."""
+"""The harness's losses, one file each, registered by name: importing the package imports
+each of its modules, whose `register_loss` fills the registry (a new loss's file needs no
+entry here)."""
 
-from losses import (  # noqa: F401
-    angular,
-    arcface,
-    bce_pair,
-    circle,
-    contrastive,
-    contrastive_centroid,
-    contrastive_squared,
-    cosface,
-    fastap,
-    generalized_lifted,
-    histogram,
-    instance,
-    intra_pair_variance,
-    large_margin_softmax,
-    lifted,
-    margin,
-    margin_class_beta,
-    multi_similarity,
-    multi_similarity_miner,
-    nca,
-    nngk,
-    normalized_softmax,
-    npair,
-    ntxent,
-    pnp,
-    proxy_anchor,
-    proxy_nca,
-    ranked_list,
-    smooth_ap,
-    snr,
-    soft_triple,
-    softmax,
-    sphereface,
-    subcenter_arcface,
-    supcon,
-    triplet,
-    triplet_nca,
-    tuplet_margin,
-)
+from importlib import import_module
+from pkgutil import iter_modules
+
 from losses.base import BenchLoss
 from losses.registry import (
     LOSSES,
@@ -50,6 +15,9 @@ from losses.registry import (
     loss_family,
     loss_names,
 )
+
+for _module in iter_modules(__path__):
+    import_module(f"{__name__}.{_module.name}")
 
 __all__ = [
     "LOSSES",

@@ -3,12 +3,6 @@ from pytorch_metric_learning.losses import ArcFaceLoss as PMLArcFaceLoss
 from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
-ARCFACE_SOURCES = {
-    "margin": "PML's default (28.6 degrees), Deng et al. 2019's 0.5 radians",
-    "scale": "PML's default (64), also Deng et al. 2019's",
-}
-ARCFACE_SPACE = {"margin": ("float", 5.0, 45.0), "scale": ("log", 8.0, 128.0)}
-
 
 @register_loss("arcface")
 class ArcFaceLoss(AdaptedLoss):
@@ -17,8 +11,11 @@ class ArcFaceLoss(AdaptedLoss):
 
     `margin` is in degrees, as PML takes it."""
 
-    sources = ARCFACE_SOURCES
-    search_space = ARCFACE_SPACE
+    sources = {
+        "margin": "PML's default (28.6 degrees), Deng et al. 2019's 0.5 radians",
+        "scale": "PML's default (64), also Deng et al. 2019's",
+    }
+    search_space = {"margin": ("float", 5.0, 45.0), "scale": ("log", 8.0, 128.0)}
 
     family = "classification"
     pml_class = PMLArcFaceLoss

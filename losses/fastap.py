@@ -12,7 +12,6 @@ class FastAPLoss(AdaptedLoss):
     Squared L2 distances of L2-normalised embeddings (PML's default, in [0, 4]) in `num_bins`
     triangular bins."""
 
-    sources = {"num_bins": "PML's default (10)"}
     search_space = {"num_bins": ("int", 5, 40)}
 
     family = "ranking"

@@ -15,7 +15,6 @@ class GeneralizedLiftedStructureLoss(AdaptedLoss):
 
     sources = {
         "neg_margin": "PML's default (1), with its documentation of Hermans et al. 2017's loss",
-        "pos_margin": "PML's default (0)",
     }
     search_space = {"neg_margin": ("float", 0.2, 1.5)}
 

@@ -3,11 +3,6 @@ from pytorch_metric_learning.losses import LargeMarginSoftmaxLoss as PMLLargeMar
 from losses.pml_adapter import AdaptedLoss
 from losses.registry import register_loss
 
-# The margin m is a whole multiple of the angle (its domain is PML's class's, losses/domains.py);
-# papers and PML train with m <= 4.
-MARGIN_SPACE = ("int", 2, 4)
-SCALE_SPACE = ("log", 0.25, 16.0)
-
 
 @register_loss("large-margin-softmax")
 class LargeMarginSoftmaxLoss(AdaptedLoss):
@@ -26,7 +21,9 @@ class LargeMarginSoftmaxLoss(AdaptedLoss):
         "margin": "PML's default (4), also the largest m Liu et al. 2016 train with",
         "scale": "PML's default (1): the paper's logits, which have no scale",
     }
-    search_space = {"margin": MARGIN_SPACE, "scale": SCALE_SPACE}
+    # The margin m is a whole multiple of the angle (its domain is PML's class's,
+    # losses/domains.py); papers and PML train with m <= 4.
+    search_space = {"margin": ("int", 2, 4), "scale": ("log", 0.25, 16.0)}
 
     family = "classification"
     pml_class = PMLLargeMarginSoftmaxLoss

@@ -1,12 +1,9 @@
-from pytorch_metric_learning.losses import MultiSimilarityLoss as PMLMultiSimilarityLoss
-
-from losses.multi_similarity import MS_SOURCES, MS_SPACE
-from losses.pml_adapter import AdaptedLoss
+from losses.multi_similarity import MultiSimilarityLoss
 from losses.registry import register_loss
 
 
 @register_loss("multi-similarity-miner")
-class MultiSimilarityMinerLoss(AdaptedLoss):
+class MultiSimilarityMinerLoss(MultiSimilarityLoss):
     """Wang et al. 2019: the multi-similarity loss over the pairs its own mining keeps (PML's
     MultiSimilarityLoss with its MultiSimilarityMiner).
 
@@ -15,13 +12,10 @@ class MultiSimilarityMinerLoss(AdaptedLoss):
     epsilon."""
 
     sources = {
-        **MS_SOURCES,
+        **MultiSimilarityLoss.sources,
         "epsilon": "PML's default (0.1), also Wang et al. 2019's released code's margin",
     }
-    search_space = {**MS_SPACE, "epsilon": ("float", 0.0, 0.5)}
+    search_space = {**MultiSimilarityLoss.search_space, "epsilon": ("float", 0.0, 0.5)}
 
-    memory_ok = True
-    family = "pair weighting"
-    pml_class = PMLMultiSimilarityLoss
     params = ("alpha", "beta", "base", "epsilon")  # epsilon: its miner's
     fixed = {"miner": "pml:MultiSimilarityMiner"}

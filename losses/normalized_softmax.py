@@ -9,7 +9,6 @@ class NormalizedSoftmaxLoss(AdaptedLoss):
     """Zhai and Wu 2019: cross-entropy over cosine similarities to learned class weights, divided
     by a temperature (PML's NormalizedSoftmaxLoss)."""
 
-    sources = {"temperature": "PML's default (0.05)"}
     search_space = {"temperature": ("log", 0.01, 0.5)}
 
     family = "classification"

@@ -9,7 +9,6 @@ class NTXentLoss(AdaptedLoss):
     """Sohn 2016 / Chen et al. 2020: NT-Xent with labels, each positive pair's cross-entropy
     against its anchor's negatives over cosine similarities / temperature (PML's NTXentLoss)."""
 
-    sources = {"temperature": "PML's default (0.07)"}
     search_space = {"temperature": ("log", 0.01, 1.0)}
 
     memory_ok = True

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytorch_metric_learning
@@ -88,14 +89,19 @@ def pml_class(name: str) -> type:
     return prefixed_class("loss", name, loss_classes(), NOT_RUNNABLE, choices)
 
 
+def named_parameters(init: Callable) -> list[inspect.Parameter]:
+    """The parameters a constructor takes by name (not *args, **kwargs), `self` left out."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = inspect.signature(init).parameters.values()
+    return [p for p in params if p.name != "self" and p.kind in kinds]
+
+
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
     """The named parameters of the constructors along `cls`'s bases, the class's own first."""
     found: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
-        if "__init__" not in vars(klass):
-            continue
-        for p in inspect.signature(klass.__init__).parameters.values():
-            if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+        if "__init__" in vars(klass):
+            for p in named_parameters(klass.__init__):
                 found.setdefault(p.name, p)
     return found
 
@@ -113,12 +119,7 @@ def required_context(cls: type) -> dict[str, str]:
 def own_parameters(cls: type) -> tuple[dict[str, Any], list[str]]:
     """The user's parameters: those the class's own constructor names, with PML's defaults
     (UNSET where PML has none), the run's sizes left out; and the names of those without one."""
-    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    params = [
-        p
-        for p in inspect.signature(cls.__init__).parameters.values()
-        if p.name != "self" and p.name not in CONTEXT and p.kind in kinds
-    ]
+    params = [p for p in named_parameters(cls.__init__) if p.name not in CONTEXT]
     defaults = {p.name: UNSET if p.default is p.empty else p.default for p in params}
     return defaults, [p.name for p in params if p.default is p.empty]
 
@@ -161,7 +162,9 @@ class AdaptedLoss(PMLLoss):
     - `params`: the parameters it takes, in order (unset: those of PML's class's constructor),
       by PML's names except where `pml_names` renames one; one that neither PML's class nor
       the adapter (`EXTRA`) takes is its miner's (multi-similarity-miner's epsilon);
-    - `defaults`: where its default is not PML's (each sourced in `sources`);
+    - `defaults`: where its default is not PML's (each sourced in `sources`); a parameter at
+      PML's default without a source of its own is sourced "PML's default (value)", the value
+      read from PML's class;
     - `fixed`: PML's (or the adapter's) arguments it sets and does not take;
     - `sizes`: the run's sizes it gives where PML's class does not require them;
     - `margin_to_miner`: its miner gets its margin (the miners' own default is another)."""
@@ -195,6 +198,8 @@ class AdaptedLoss(PMLLoss):
         cls.lr_multiplier = fix.lr_multiplier
         defaults, cls.needed = own_parameters(pml)
         cls.own = {**defaults, **EXTRA} if cls.generic else declared_parameters(cls)
+        if not cls.generic:
+            cls.sources = {**pml_default_sources(cls), **cls.sources}
 
         def __init__(self, **kwargs: Any) -> None:
             AdaptedLoss.__init__(self, **kwargs)
@@ -251,6 +256,18 @@ def declared_parameters(cls: type[AdaptedLoss]) -> dict[str, Any]:
         else:
             miner = inspect.signature(get_miner_class(cls.fixed["miner"]).__init__)
             found[ours] = miner.parameters[theirs].default
+    return found
+
+
+def pml_default_sources(cls: type[AdaptedLoss]) -> dict[str, str]:
+    """The source of each parameter a curated loss leaves at its PML class's default, e.g.
+    "PML's default (0.1)", the value read from the class: no loss file restates it."""
+    takes = init_parameters(cls.pml_class)
+    found = {}
+    for ours, value in cls.own.items():
+        if ours not in cls.defaults and cls.pml_names.get(ours, ours) in takes:
+            shown = f"{value:g}" if isinstance(value, float) else value  # 0.0 as "0"
+            found[ours] = f"PML's default ({shown})"
     return found
 
 

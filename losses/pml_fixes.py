@@ -53,8 +53,10 @@ def binned_cosine(params: dict[str, Any]) -> dict[str, Any]:
     return {"distance": BinnedCosine(delta)}
 
 
-def class_blocks(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The batch order that puts each class's examples together, and the labels under which
+def class_blocks(
+    embeddings: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The batch reordered to put each class's examples together, and the labels under which
     PML 2.9's SmoothAPLoss takes those runs for the classes.
 
     PML cuts the batch into consecutive blocks of (batch size / number of classes) examples and
@@ -69,11 +71,6 @@ def class_blocks(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         )
     order = torch.argsort(labels, stable=True)
     blocks = torch.arange(len(labels), device=labels.device) // len(classes)
-    return order, blocks
-
-
-def in_class_blocks(embeddings: torch.Tensor, labels: torch.Tensor):
-    order, blocks = class_blocks(labels)
     return embeddings[order], blocks
 
 
@@ -100,7 +97,7 @@ FIXES = {
     # PML warns of overflow above 5; on the unit sphere T (alpha - d) <= T alpha, which exp
     # keeps finite in the fp32 the trainer computes losses in.
     "RankedListLoss": Fix(quiet=("Values of Tp or Tn are too high",)),
-    "SmoothAPLoss": Fix(prepare=in_class_blocks),
+    "SmoothAPLoss": Fix(prepare=class_blocks),
     # The authors' released code trains the proxies (Kim et al. 2020) and the centres (Qian et
     # al. 2019) at 100x the network's learning rate.
     "ProxyAnchorLoss": Fix(lr_multiplier=100.0),

@@ -12,10 +12,6 @@ class SNRContrastiveLoss(AdaptedLoss):
     PML's SNRDistance L2-normalises the embeddings first (its default); the paper's regulariser
     towards zero-mean embeddings is not applied (PML's default)."""
 
-    sources = {
-        "pos_margin": "PML's default (0)",
-        "neg_margin": "PML's default (1)",
-    }
     search_space = {"pos_margin": ("float", 0.0, 0.5), "neg_margin": ("float", 0.3, 2.0)}
 
     memory_ok = True

@@ -9,7 +9,6 @@ class SupConLoss(AdaptedLoss):
     """Khosla et al. 2020: supervised contrastive loss, each anchor's mean log-probability of its
     positives in a softmax over cosine similarities / temperature (PML's SupConLoss)."""
 
-    sources = {"temperature": "PML's default (0.1)"}
     search_space = {"temperature": ("log", 0.01, 1.0)}
 
     memory_ok = True
