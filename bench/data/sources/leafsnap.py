@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.sources.base import (
-    DatasetError,
     find_dataset_dir,
     image_table,
     malformed,
@@ -28,12 +28,9 @@ COLUMNS = ("file_id", "image_path", "segmented_path", "species", "source")
 SOURCES = ("lab", "field")
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, problem)
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME)
 
 
 def dataset_dir(root: Path) -> Path:
