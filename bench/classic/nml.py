@@ -60,11 +60,6 @@ def chi2_kernel(pre_images: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.cat(out) if out else x.new_zeros(0, len(pre_images))
 
 
-def chi2_kernel_grad(pre_images: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """dK(l_k, x_b)/dl_k = 2 x_b^2 / (l_k + x_b)^2: (B, d, F)."""
-    return 2 * _ratios(pre_images, x).square_()
-
-
 def nml_gradient(bias: float, margin: float):
     """The sum over the pairs of their sub-gradients (Eq. 10), vectorised over the pairs: the
     kernel and its derivative share the ratios x / (l + x), computed once per side."""
