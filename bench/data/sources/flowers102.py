@@ -32,11 +32,6 @@ _need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
 _bad = functools.partial(malformed, NAME)
 
 
-def dataset_dir(root: Path) -> Path:
-    """The folder holding jpg/ and the .mat files: `root/flowers-102` or root itself."""
-    return find_dataset_dir(root, FOLDER, "imagelabels.mat", _need)
-
-
 def _mat_ints(path: Path, key: str) -> np.ndarray:
     """The 1xN integer array `key` of a MATLAB file, flattened."""
     _need(path)
@@ -69,7 +64,7 @@ def _splits(path: Path, count: int) -> dict[int, str]:
 @reads_data_root
 def read_flowers102(root: Path) -> pd.DataFrame:
     """Every labelled image; label is the official class id 1..102, class_name "flower <label>"."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, "imagelabels.mat", _need)
     images = _need(base / "jpg")
     labels_path = base / "imagelabels.mat"
     labels = _mat_ints(labels_path, "labels")

@@ -33,11 +33,6 @@ _need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
 _bad = functools.partial(malformed, NAME)
 
 
-def dataset_dir(root: Path) -> Path:
-    """The `leafsnap-dataset` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, INDEX, _need)
-
-
 def read_index(path: Path) -> pd.DataFrame:
     """The image list, every value a stripped string, checked for its columns and sources."""
     try:
@@ -80,7 +75,7 @@ def check_species_spelled_once(path: Path, species: pd.Series) -> None:
 @reads_data_root
 def read_leafsnap(root: Path) -> pd.DataFrame:
     """All lab and field images (column `source`); label = index in sorted species, no split."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, INDEX, _need)
     index_path = base / INDEX
     df = read_index(index_path)
     paths = [base / p for p in df["image_path"]]

@@ -44,11 +44,6 @@ _need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
 _bad = functools.partial(malformed, NAME, layout=LAYOUT)
 
 
-def dataset_dir(root: Path) -> Path:
-    """The `Stanford_Online_Products` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, FILES["train"], _need)
-
-
 def read_split(path: Path) -> list[tuple[int, int, str]]:
     """(class id, super class id, relative image path) of each line of a split file."""
     lines = _need(path).read_text(encoding="utf-8-sig", errors="replace").splitlines()
@@ -85,7 +80,7 @@ def product_name(relative: str) -> tuple[str, str]:
 @reads_data_root
 def read_sop(root: Path) -> pd.DataFrame:
     """Every image of both split files (see the module doc)."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, FILES["train"], _need)
     rows, seen = [], {}
     for split, name in FILES.items():
         path = base / name

@@ -33,11 +33,6 @@ _need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
 _bad = functools.partial(malformed, NAME)
 
 
-def dataset_dir(root: Path) -> Path:
-    """The `tiny-imagenet-200` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, "wnids.txt", _need)
-
-
 def _lines(path: Path) -> list[str]:
     text = _need(path).read_text(encoding="utf-8-sig", errors="replace")
     return [line.strip() for line in text.splitlines() if line.strip()]
@@ -129,7 +124,7 @@ def _row(path: Path, label: int, wnid: str, names: dict[str, str], box: Box, spl
 @reads_data_root
 def read_tinyimagenet(root: Path) -> pd.DataFrame:
     """Train and val images (test is unlabelled and left out); label = index in sorted wnids."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, "wnids.txt", _need)
     wnids = read_wnids(base)
     names = class_names(base / "words.txt", wnids)
     return image_table(_train_rows(base, wnids, names) + _val_rows(base, wnids, names))
