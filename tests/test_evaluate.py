@@ -6,8 +6,19 @@ from sklearn.metrics import normalized_mutual_info_score
 
 from bench.evaluation.clustering import nmi, nmi_best_of
 from bench.evaluation.metrics import evaluate, evaluate_gallery
-from bench.evaluation.retrieval import distance_fault, gallery_scores, map_at_r, recall_at_k
+from bench.evaluation.retrieval import (
+    average_precision_at_r,
+    distance_fault,
+    gallery_scores,
+    recall_at_k,
+)
 from bench.util.knn import knn, search
+
+
+def mean_ap_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
+    """MAP@R: the mean of the queries' AP@R."""
+    return float(np.nanmean(average_precision_at_r(neighbour_labels, labels)))
+
 
 # Five points on a line: labels a a b b a.
 LINE = np.array([[0.0], [1.0], [3.0], [3.5], [10.0]], dtype=np.float32)
@@ -44,7 +55,7 @@ def test_map_at_r_by_hand():
     # R=2 for label 0 points, R=1 for label 1 points.
     # 0: [1 a, 2 b] -> (1/1)/2 = 0.5   1: [0 a, 2 b] -> 0.5   2: [3 b] -> 1   3: [2 b] -> 1
     # 4: [3 b, 2 b] -> 0
-    assert map_at_r(LINE_LABELS[idx], LINE_LABELS) == pytest.approx((0.5 + 0.5 + 1 + 1 + 0) / 5)
+    assert mean_ap_at_r(LINE_LABELS[idx], LINE_LABELS) == pytest.approx((0.5 + 0.5 + 1 + 1 + 0) / 5)
 
 
 def test_map_at_r_counts_precision_at_each_correct_rank():
@@ -68,12 +79,12 @@ def test_map_at_r_counts_precision_at_each_correct_rank():
         (1 / 2) / 2,
         0.0,
     ]
-    assert map_at_r(neighbour_labels, labels) == pytest.approx(np.mean(expected))
+    assert mean_ap_at_r(neighbour_labels, labels) == pytest.approx(np.mean(expected))
 
 
 def test_map_at_r_needs_enough_neighbours():
     with pytest.raises(ValueError, match="MAP@R needs"):
-        map_at_r(np.zeros((4, 1), dtype=int), np.array([0, 0, 0, 1]))
+        mean_ap_at_r(np.zeros((4, 1), dtype=int), np.array([0, 0, 0, 1]))
 
 
 def test_nmi_of_separated_clusters_is_one_and_matches_sklearn():

@@ -161,13 +161,10 @@ def pca_rows(x: np.ndarray, dims: int, seed: int) -> np.ndarray:
 
 
 @dataclass
-class LinearML:
-    """Linear metric learning (Sharma et al. 2015 §2.1): L (d x F) learned by SGD on the pairwise
-    hinge loss over L2-normalised features; b = 1, m = 0.2, 500,000 pairs and 1,000,000 iterations
-    as in the paper. It gives neither the learning rate nor the initialisation: L starts from the
-    PCA projection, and lr = 0.01 a pair is the best of 0.01, 0.03 and 0.1 on the validation split
-    of digits (classify protocol; fitted on the training split, mprec@10 at d = 8 and 16: 0.886,
-    0.885, 0.875 on average)."""
+class PairHinge:
+    """What linear-ml and NML share: the pairwise hinge loss's bias b and margin m, `pairs`
+    training pairs, `iterations` pair visits, `batch_size` pairs a step and the learning rate
+    (linear-ml's defaults; NML declares its own b, m and lr)."""
 
     dims: int
     seed: int = 0
@@ -178,21 +175,45 @@ class LinearML:
     lr: float = 0.01
     batch_size: int = 100
 
-    def fit(self, x: np.ndarray, y: np.ndarray) -> LinearML:
-        x = l2_normalise(x)
-        proj = torch.from_numpy(pca_rows(x, self.dims, self.seed))
-        pairs = sample_pairs(y, self.pairs, self.seed)
-        self.projection = pair_sgd(
-            proj,
-            linear_gradient(self.bias, self.margin),
+    def learned(
+        self,
+        start: np.ndarray,
+        gradient: Callable[[float, float], Gradient],
+        x: np.ndarray,
+        y: np.ndarray,
+        lr: float,
+        desc: str,
+        project: Callable[[torch.Tensor], None] | None = None,
+    ) -> np.ndarray:
+        """The parameters `start` after `pair_sgd` on the hinge (`gradient(bias, margin)`)
+        over `pairs` sampled pairs of the normalised features x."""
+        return pair_sgd(
+            torch.from_numpy(start),
+            gradient(self.bias, self.margin),
             torch.from_numpy(x),
-            pairs,
+            sample_pairs(y, self.pairs, self.seed),
             self.iterations,
             self.batch_size,
-            self.lr,
+            lr,
             self.seed,
-            desc=f"linear-ml d={self.dims}",
+            desc=f"{desc} d={self.dims}",
+            project=project,
         ).numpy()
+
+
+@dataclass
+class LinearML(PairHinge):
+    """Linear metric learning (Sharma et al. 2015 §2.1): L (d x F) learned by SGD on the pairwise
+    hinge loss over L2-normalised features; b = 1, m = 0.2, 500,000 pairs and 1,000,000 iterations
+    as in the paper. It gives neither the learning rate nor the initialisation: L starts from the
+    PCA projection, and lr = 0.01 a pair is the best of 0.01, 0.03 and 0.1 on the validation split
+    of digits (classify protocol; fitted on the training split, mprec@10 at d = 8 and 16: 0.886,
+    0.885, 0.875 on average)."""
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> LinearML:
+        x = l2_normalise(x)
+        start = pca_rows(x, self.dims, self.seed)
+        self.projection = self.learned(start, linear_gradient, x, y, self.lr, "linear-ml")
         return self
 
     def transform(self, x: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bench.classic.linear_ml import ITERATIONS, PAIRS, hinge_loss, pair_sgd, sample_pairs
+from bench.classic.linear_ml import PairHinge, hinge_loss
 
 EPS = 1e-12  # 0/0 terms (l_f = x_f = 0) of the kernel and its gradient count as 0
 CHUNK = 1 << 22  # at most this many pair x row x feature values in memory at once
@@ -60,11 +60,6 @@ def chi2_kernel(pre_images: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.cat(out) if out else x.new_zeros(0, len(pre_images))
 
 
-def chi2_kernel_grad(pre_images: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """dK(l_k, x_b)/dl_k = 2 x_b^2 / (l_k + x_b)^2: (B, d, F)."""
-    return 2 * _ratios(pre_images, x).square_()
-
-
 def nml_gradient(bias: float, margin: float):
     """The sum over the pairs of their sub-gradients (Eq. 10), vectorised over the pairs: the
     kernel and its derivative share the ratios x / (l + x), computed once per side."""
@@ -93,7 +88,7 @@ def _non_negative(pre_images: torch.Tensor) -> None:
 
 
 @dataclass
-class NML:
+class NML(PairHinge):
     """Sharma et al. 2015's nonlinear embedding. b = 0.1 and m = 0.02 as in the paper; it gives
     neither the learning rate nor the initialisation: the pre-images start as d training vectors
     drawn at random, and stay non-negative (clipped at 0 after every step).
@@ -106,31 +101,16 @@ class NML:
     fitted on the training split, mprec@10 at d = 8 and 16: 0.856, 0.864, 0.859 on average);
     untested on CNN features (no pretrained weights here)."""
 
-    dims: int
-    seed: int = 0
     bias: float = 0.1
     margin: float = 0.02
-    pairs: int = PAIRS
-    iterations: int = ITERATIONS
     lr: float = 0.1
-    batch_size: int = 100
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> NML:
         x = l1_normalise(x)
         rng = np.random.default_rng(self.seed)
         start = x[rng.choice(len(x), self.dims, replace=len(x) < self.dims)]
-        self.pre_images = pair_sgd(
-            torch.from_numpy(start.copy()),
-            nml_gradient(self.bias, self.margin),
-            torch.from_numpy(x),
-            sample_pairs(y, self.pairs, self.seed),
-            self.iterations,
-            self.batch_size,
-            self.lr / x.shape[1],
-            self.seed,
-            desc=f"nml d={self.dims}",
-            project=_non_negative,
-        ).numpy()
+        lr = self.lr / x.shape[1]
+        self.pre_images = self.learned(start, nml_gradient, x, y, lr, "nml", _non_negative)
         return self
 
     def transform(self, x: np.ndarray) -> np.ndarray:

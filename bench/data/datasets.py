@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -23,20 +23,13 @@ from bench.data.images import CachedImages
 from bench.data.names import (
     FEATURES_PREFIX,
     FOLDER_PREFIX,
+    READER_NAMES,
     check_dataset_name,
     is_emoji,
     is_glyphs,
 )
-from bench.data.presence import default_data_root
-from bench.data.sources.cars196 import read_cars196
-from bench.data.sources.cub import read_cub
-from bench.data.sources.flowers102 import read_flowers102
+from bench.data.presence import default_data_root, reader
 from bench.data.sources.folder import read_folder
-from bench.data.sources.inaturalist import read_inaturalist
-from bench.data.sources.inshop import read_inshop
-from bench.data.sources.leafsnap import read_leafsnap
-from bench.data.sources.sop import read_sop
-from bench.data.sources.tinyimagenet import read_tinyimagenet
 from bench.data.splits import (
     QUERY,
     carve_validation,
@@ -51,25 +44,7 @@ from bench.protocols import DEFAULT_PROTOCOL, get_protocol
 
 EMOJI_SHIFT = 16  # an emoji's training images are shifted by up to 1/16 of their side
 
-READERS: dict[str, Callable[[Path], pd.DataFrame]] = {
-    "cars196": read_cars196,
-    "cub": read_cub,
-    "tinyimagenet": read_tinyimagenet,
-    "flowers102": read_flowers102,
-    "leafsnap": read_leafsnap,
-    "sop": read_sop,
-    "inshop": read_inshop,
-    "inaturalist": read_inaturalist,
-}
-
-
-class QueryGalleryImages(CachedImages):
-    """A test split of query and gallery images (In-Shop): `queries` flags each item that is a
-    query; the others are the gallery it is searched in."""
-
-    def __init__(self, cache: Path, rows: np.ndarray, labels: np.ndarray, crops: Crops, queries):
-        super().__init__(cache, rows, labels, crops)
-        self.queries = np.asarray(queries, dtype=bool)
+READERS: dict[str, Callable[[Path], pd.DataFrame]] = {name: reader(name) for name in READER_NAMES}
 
 
 def query_flags(split: Dataset) -> np.ndarray | None:
@@ -79,49 +54,30 @@ def query_flags(split: Dataset) -> np.ndarray | None:
     return None if flags is None else np.asarray(flags, dtype=bool)
 
 
-def digits(
-    protocol: str = DEFAULT_PROTOCOL,
-    val_fraction: float = 0.2,
-    train_per_class: int = 0,
-    val_split: str = "images",
-    **_,
-) -> DataSplits:
-    """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test."""
+def digits(protocol: str, val_fraction: float, **chosen: Any) -> DataSplits:
+    """scikit-learn's 8x8 digits; metric protocol: classes 0-4 train, 5-9 test. `chosen`: the
+    train_per_class and val_split given (`tensor_splits`' defaults where not)."""
     data = load_digits()
     images = torch.from_numpy(data.images.astype(np.float32) / 16.0).unsqueeze(1)
     labels = data.target.astype(np.int64)
-    return tensor_splits(
-        "digits", images, labels, protocol, val_fraction, train_per_class, val_split, shift=1
-    )
+    return tensor_splits("digits", images, labels, protocol, val_fraction, shift=1, **chosen)
 
 
-def glyphs(
-    name: str,
-    protocol: str = DEFAULT_PROTOCOL,
-    val_fraction: float = 0.2,
-    train_per_class: int = 0,
-    val_split: str = "images",
-    **_,
-) -> DataSplits:
+def glyphs(name: str, protocol: str, val_fraction: float, **chosen: Any) -> DataSplits:
     """A procedural glyphs set (`glyphs.py`); metric protocol: the first half of the classes
-    train, the second half test. The images stay uint8 in the memory-mapped cache."""
+    train, the second half test. The images stay uint8 in the memory-mapped cache. `chosen`:
+    as `digits`'."""
     pixels, labels = load_glyphs(GlyphSpec.parse(name))
-    return tensor_splits(name, pixels, labels, protocol, val_fraction, train_per_class, val_split)
+    return tensor_splits(name, pixels, labels, protocol, val_fraction, **chosen)
 
 
 def emoji(
-    name: str,
-    protocol: str = DEFAULT_PROTOCOL,
-    val_fraction: float = 0.2,
-    train_per_class: int = 0,
-    val_split: str = "images",
-    data_root: Path | None = None,
-    **_,
+    name: str, protocol: str, val_fraction: float, data_root: Path | None, **chosen: Any
 ) -> DataSplits:
     """The emoji sets (`emoji.py`), rendered into the cache and memory-mapped; metric
     protocol: the first half of the classes (in their names' SHA-1 order) train, the rest
     test; cross-style: the held-out sets' images are the queries. Training images shifted by
-    up to a sixteenth of their side (a padded random crop)."""
+    up to a sixteenth of their side (a padded random crop). `chosen`: as `digits`'."""
     spec = EmojiSpec.parse(name)
     check_held_out(spec, protocol)
     rendered = load_emoji(spec, data_root or default_data_root())
@@ -132,11 +88,10 @@ def emoji(
         rendered.labels,
         protocol,
         val_fraction,
-        train_per_class,
-        val_split,
         shift=spec.size // EMOJI_SHIFT,
         names=rendered.class_names,
         published=np.where(np.isin(rendered.sets, held), QUERY, ""),
+        **chosen,
     )
     return replace(data, packages=rendered.packages(), credits=rendered.credits())
 
@@ -200,8 +155,8 @@ def image_splits(
         return CachedImages(cache, rows, labels[rows], crops)
 
     test = part(splits.test, eval_tf)
-    if len(splits.queries):
-        test = QueryGalleryImages(cache, splits.test, labels[splits.test], eval_tf, splits.queries)
+    if len(splits.queries):  # which items are queries (In-Shop's); the others, their gallery
+        test.queries = np.asarray(splits.queries, dtype=bool)
     names = table.drop_duplicates("label").sort_values("label")["class_name"]
     return DataSplits(
         name=name,

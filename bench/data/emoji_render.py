@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,8 @@ from bench.data.emoji import (
     read_set,
     set_versions,
 )
-from bench.data.glyphs import mapped_member
-from bench.data.image_cache import cache_folder, remove_stale_parts
+from bench.data.glyphs import mapped_member, whole_file
+from bench.data.image_cache import cache_folder
 from bench.util.progress import log
 
 BACKGROUND = "#ffffff"
@@ -158,32 +157,22 @@ def say_failures(spec: EmojiSpec, failed: list[str], say) -> None:
 
 
 def write_cache(path: Path, emoji: EmojiSet) -> None:
-    """The rendered set as one .npz (uncompressed, so its images can be memory-mapped), under
-    a temporary name renamed when it is whole; a failure leaves no temporary file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(path.parent, f".{NAME}-*.tmp.npz")
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
+    """The rendered set as one .npz (uncompressed, so its images can be memory-mapped), written
+    whole or not at all (`whole_file`)."""
     meta = {
         "class_names": emoji.class_names,
         "set_names": emoji.set_names,
         "versions": emoji.versions,
         "licences": emoji.licences,
     }
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(
-                f,
-                images=emoji.images,
-                labels=emoji.labels,
-                sets=emoji.sets,
-                meta=np.array(json.dumps(meta)),
-            )
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    with whole_file(path, NAME) as f:
+        np.savez(
+            f,
+            images=emoji.images,
+            labels=emoji.labels,
+            sets=emoji.sets,
+            meta=np.array(json.dumps(meta)),
+        )
 
 
 def read_cache(path: Path, size: int) -> EmojiSet | str:

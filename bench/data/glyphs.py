@@ -25,8 +25,11 @@ import os
 import shutil
 import struct
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 import torch
@@ -269,38 +272,46 @@ def mapped_member(path: Path, name: str) -> np.memmap:
     return np.memmap(path, dtype, "r", offset, shape)
 
 
-def write_cache(path: Path, spec: GlyphSpec) -> None:
-    """Render the set a chunk at a time into its .npz (the layout np.savez writes: uncompressed
-    members, so that the images can be memory-mapped), under a temporary name renamed when it
-    is whole; a failure (an OSError for a full disk) leaves no temporary file. A progress bar
-    for a large set."""
+@contextmanager
+def whole_file(path: Path, name: str) -> Iterator[BinaryIO]:
+    """A file to write a cache into, under a temporary name renamed to `path` once the block
+    ends and the file is synced whole; a failure (an OSError for a full disk) leaves no
+    temporary file. `name`: the set's, whose temporary files of dead processes go first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_parts(path.parent, f".{NAME}-*.tmp.npz")
+    remove_stale_parts(path.parent, f".{name}-*.tmp.npz")
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.npz")
-    count, shape = spec.classes * spec.instances, (spec.size, spec.size)
-    header = {"descr": "|u1", "fortran_order": False, "shape": (count, *shape)}
     try:
-        with open(tmp, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
-            with archive.open("images.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array_header_1_0(member, header)
-                with tqdm(
-                    total=count,
-                    desc=f"generating {spec.name()}",
-                    unit="images",
-                    disable=count < PROGRESS_FROM,
-                    mininterval=1.0,
-                ) as bar:
-                    for chunk in class_chunks(spec):
-                        member.write(class_images(spec, chunk))
-                        bar.update(len(chunk) * spec.instances)
-            with archive.open("labels.npy", "w", force_zip64=True) as member:
-                np.lib.format.write_array(member, set_labels(spec))
-        with open(tmp, "rb+") as f:
+        with open(tmp, "wb") as f:
+            yield f
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_cache(path: Path, spec: GlyphSpec) -> None:
+    """Render the set a chunk at a time into its .npz (the layout np.savez writes: uncompressed
+    members, so that the images can be memory-mapped), written whole or not at all
+    (`whole_file`). A progress bar for a large set."""
+    count, shape = spec.classes * spec.instances, (spec.size, spec.size)
+    header = {"descr": "|u1", "fortran_order": False, "shape": (count, *shape)}
+    with whole_file(path, NAME) as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as archive:
+        with archive.open("images.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array_header_1_0(member, header)
+            with tqdm(
+                total=count,
+                desc=f"generating {spec.name()}",
+                unit="images",
+                disable=count < PROGRESS_FROM,
+                mininterval=1.0,
+            ) as bar:
+                for chunk in class_chunks(spec):
+                    member.write(class_images(spec, chunk))
+                    bar.update(len(chunk) * spec.instances)
+        with archive.open("labels.npy", "w", force_zip64=True) as member:
+            np.lib.format.write_array(member, set_labels(spec))
 
 
 def check_room(spec: GlyphSpec, folder: Path) -> None:

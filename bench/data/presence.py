@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, READER_NAMES, is_emoji
 
@@ -45,9 +47,14 @@ def check_data_present(dataset: str, data_root: str | Path | None = None) -> Non
         check_root_folder(Path(data_root) if data_root else default_data_root())
         # The whole table is read (a few thousand lines for most sets): the readers check
         # their layouts file by file as they read, and the run reads it again for its identity.
-        module, function = READER_FUNCTIONS[dataset].split(":")
-        read = getattr(importlib.import_module(module), function)
-        read(Path(data_root) if data_root else default_data_root())
+        reader(dataset)(Path(data_root) if data_root else default_data_root())
+
+
+def reader(name: str) -> Callable[[Path], Any]:
+    """The reader of a data set read from its official layout (`READER_FUNCTIONS`), imported
+    when asked for: the readers' modules import pandas and scipy."""
+    module, function = READER_FUNCTIONS[name].split(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def check_root_folder(root: Path) -> None:

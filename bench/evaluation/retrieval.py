@@ -72,13 +72,9 @@ def hits_at(same: Array, ks: Sequence[int] = RECALL_KS) -> dict[int, Array]:
     return {k: xp.asarray(same[:, :k].any(axis=1), dtype=xp.float64) for k in ks}
 
 
-def map_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> float:
-    """MAP@R (Musgrave et al. 2020): R = the number of other items of the query's class."""
-    return float(np.nanmean(average_precision_at_r(neighbour_labels, labels)))
-
-
 def average_precision_at_r(neighbour_labels: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """AP@R of each query; NaN for a query whose class has no other item (R = 0)."""
+    """AP@R of each query (its mean over the queries is MAP@R, Musgrave et al. 2020), R = the
+    number of other items of the query's class; NaN where it has none (R = 0)."""
     classes, counts = np.unique(labels, return_counts=True)
     r = counts[np.searchsorted(classes, labels)] - 1
     max_r = int(r.max())

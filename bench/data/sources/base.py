@@ -75,8 +75,10 @@ def find_dataset_dir(root: Path, folder: str, marker: str, need) -> Path:
     return need(root / folder)
 
 
-def malformed(dataset: str, path: Path, problem: str) -> DatasetError:
-    return DatasetError(f"{dataset}: {path}: {problem}")
+def malformed(dataset: str, path: Path, problem: str, layout: str = "") -> DatasetError:
+    """A malformed file's one-line error; with `layout`, it restates the expected layout."""
+    restated = f"; expected {layout}" if layout else ""
+    return DatasetError(f"{dataset}: {path}: {problem}{restated}")
 
 
 def image_table(rows: list[dict] | pd.DataFrame) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +10,6 @@ import pandas as pd
 from scipy.io import loadmat
 
 from bench.data.sources.base import (
-    DatasetError,
     find_dataset_dir,
     image_table,
     malformed,
@@ -27,17 +27,9 @@ LAYOUT = (
 SPLITS = {"trnid": "train", "valid": "val", "tstid": "test"}
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, problem)
-
-
-def dataset_dir(root: Path) -> Path:
-    """The folder holding jpg/ and the .mat files: `root/flowers-102` or root itself."""
-    return find_dataset_dir(root, FOLDER, "imagelabels.mat", _need)
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME)
 
 
 def _mat_ints(path: Path, key: str) -> np.ndarray:
@@ -72,7 +64,7 @@ def _splits(path: Path, count: int) -> dict[int, str]:
 @reads_data_root
 def read_flowers102(root: Path) -> pd.DataFrame:
     """Every labelled image; label is the official class id 1..102, class_name "flower <label>"."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, "imagelabels.mat", _need)
     images = _need(base / "jpg")
     labels_path = base / "imagelabels.mat"
     labels = _mat_ints(labels_path, "labels")

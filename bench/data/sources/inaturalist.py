@@ -14,12 +14,12 @@ file, whose name is the row's split.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.sources.base import (
-    DatasetError,
     image_table,
     malformed,
     reads_data_root,
@@ -43,12 +43,9 @@ LAYOUT = (
 )
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, f"{problem}; expected {LAYOUT}")
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME, layout=LAYOUT)
 
 
 def dataset_dir(root: Path) -> Path:

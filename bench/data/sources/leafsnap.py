@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import csv
+import functools
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.sources.base import (
-    DatasetError,
     find_dataset_dir,
     image_table,
     malformed,
@@ -28,17 +28,9 @@ COLUMNS = ("file_id", "image_path", "segmented_path", "species", "source")
 SOURCES = ("lab", "field")
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, problem)
-
-
-def dataset_dir(root: Path) -> Path:
-    """The `leafsnap-dataset` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, INDEX, _need)
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME)
 
 
 def read_index(path: Path) -> pd.DataFrame:
@@ -83,7 +75,7 @@ def check_species_spelled_once(path: Path, species: pd.Series) -> None:
 @reads_data_root
 def read_leafsnap(root: Path) -> pd.DataFrame:
     """All lab and field images (column `source`); label = index in sorted species, no split."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, INDEX, _need)
     index_path = base / INDEX
     df = read_index(index_path)
     paths = [base / p for p in df["image_path"]]

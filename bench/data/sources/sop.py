@@ -12,12 +12,12 @@ Ebay_test.txt, whose name is the row's split.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.sources.base import (
-    DatasetError,
     find_dataset_dir,
     image_table,
     malformed,
@@ -39,17 +39,9 @@ LAYOUT = (
 )
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, f"{problem}; expected {LAYOUT}")
-
-
-def dataset_dir(root: Path) -> Path:
-    """The `Stanford_Online_Products` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, FILES["train"], _need)
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME, layout=LAYOUT)
 
 
 def read_split(path: Path) -> list[tuple[int, int, str]]:
@@ -88,7 +80,7 @@ def product_name(relative: str) -> tuple[str, str]:
 @reads_data_root
 def read_sop(root: Path) -> pd.DataFrame:
     """Every image of both split files (see the module doc)."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, FILES["train"], _need)
     rows, seen = [], {}
     for split, name in FILES.items():
         path = base / name

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from pathlib import Path
 
 import pandas as pd
 
 from bench.data.sources.base import (
-    DatasetError,
     find_dataset_dir,
     image_table,
     malformed,
@@ -28,17 +28,9 @@ IMAGE_SUFFIXES = (".jpeg", ".jpg")
 Box = tuple[float, float, float, float]
 
 
-def _need(path: Path) -> Path:
-    return require(path, NAME, LAYOUT, SOURCE)
-
-
-def _bad(path: Path, problem: str) -> DatasetError:
-    return malformed(NAME, path, problem)
-
-
-def dataset_dir(root: Path) -> Path:
-    """The `tiny-imagenet-200` folder, given it or its parent."""
-    return find_dataset_dir(root, FOLDER, "wnids.txt", _need)
+# The reader's one-line errors: a missing file or folder, a malformed one.
+_need = functools.partial(require, dataset=NAME, layout=LAYOUT, source=SOURCE)
+_bad = functools.partial(malformed, NAME)
 
 
 def _lines(path: Path) -> list[str]:
@@ -132,7 +124,7 @@ def _row(path: Path, label: int, wnid: str, names: dict[str, str], box: Box, spl
 @reads_data_root
 def read_tinyimagenet(root: Path) -> pd.DataFrame:
     """Train and val images (test is unlabelled and left out); label = index in sorted wnids."""
-    base = dataset_dir(root)
+    base = find_dataset_dir(root, FOLDER, "wnids.txt", _need)
     wnids = read_wnids(base)
     names = class_names(base / "words.txt", wnids)
     return image_table(_train_rows(base, wnids, names) + _val_rows(base, wnids, names))
