@@ -18,7 +18,7 @@ from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.runs.weights import NAMED_WEIGHTS, read_provenance
 from bench.train.distributed import Ranks, check_divisible
-from bench.train.loaders import load_data, per_class
+from bench.train.loaders import check_batch_fits, load_data, per_class
 from bench.train.recipes import check_recipe
 from losses import get_loss_class, is_loss
 from losses.registry import check_memory_taken
@@ -156,11 +156,7 @@ def check_batches(cfg: RunConfig, data: DataSplits) -> None:
             f"learning needs two at least{where_classes_go(cfg)}; use a data set with more "
             "classes"
         )
-    if cfg.batch_size > len(labels):
-        raise ValueError(
-            f"batch size {cfg.batch_size} exceeds the {len(labels)} training items of "
-            f"{cfg.dataset}; give a smaller --batch-size"
-        )
+    check_batch_fits(cfg, len(labels))
     if not get_loss_class(cfg.loss).class_balanced:
         return
     check_m_divides(cfg)
