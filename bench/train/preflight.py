@@ -4,6 +4,7 @@ scored. Each fault is a one-line ValueError naming what to change."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,8 @@ from bench.train.recipes import check_recipe
 from losses import get_loss_class, is_loss
 from losses.registry import check_memory_taken
 
-# The settings a run's splits depend on: runs that share them share their data.
+# The settings a run's splits depend on: runs that share them share their data. The image
+# pipeline's are those declared as applying to it (`bench.runs.config.APPLIES`).
 DATA_SETTINGS = (
     "dataset",
     "protocol",
@@ -31,11 +33,7 @@ DATA_SETTINGS = (
     "val_split",
     "train_per_class",
     "data_root",
-    "resize",
-    "crop",
-    "pad",
-    "crop_mode",
-    "crop_scale",
+    *(f.name for f in fields(RunConfig) if f.metadata["applies"]),
 )
 
 
