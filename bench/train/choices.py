@@ -6,6 +6,7 @@ from __future__ import annotations
 
 # The optimizers of `--optimizer` (bench.train.optimizers builds them).
 OPTIMIZER_NAMES = ("sgd", "adam", "adamw", "rmsprop")
+WITH_MOMENTUM = ("sgd", "rmsprop")  # those that take --momentum
 # The paper presets of `--preset`; their earlier names: bench.runs.config.PRESET_ALIASES.
 PRESET_NAMES = ("liu2019", "proxy-anchor", "vit")
 # The precisions of `--precision` (bench.train.precision applies them).

@@ -88,6 +88,16 @@ def raised_m_note(cfg: RunConfig, loss: BenchLoss, data: DataSplits) -> str | No
     )
 
 
+def check_batch_fits(cfg: RunConfig, items: int) -> None:
+    """A one-line ValueError for a batch larger than the `items` of the training split: drawn
+    with drop_last, it would leave no batch at all."""
+    if cfg.batch_size > items:
+        raise ValueError(
+            f"batch size {cfg.batch_size} exceeds the {items} training items of "
+            f"{cfg.dataset}; give a smaller --batch-size"
+        )
+
+
 class EpochBatches:
     """The training batches of an epoch, drawn afresh from the epoch's seed alone (a resumed
     run sees the same batches); with several processes, this one's slice of each batch. One
@@ -95,11 +105,7 @@ class EpochBatches:
 
     def __init__(self, cfg: RunConfig, loss: BenchLoss, data: DataSplits, ranks: Ranks):
         self.labels = np.asarray(data.train.labels)
-        if cfg.batch_size > len(self.labels):  # drop_last would leave no batch at all
-            raise ValueError(
-                f"batch size {cfg.batch_size} exceeds the {len(self.labels)} training items of "
-                f"{cfg.dataset}; give a smaller --batch-size"
-            )
+        check_batch_fits(cfg, len(self.labels))
         self.batch_size, self.ranks = cfg.batch_size, ranks
         self.m = per_class(cfg, self.labels) if loss.class_balanced else 0
         self.seed = 0

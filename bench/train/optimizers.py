@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.optim import SGD, Adam, AdamW, RMSprop
 
 from bench.runs.config import RunConfig
-from bench.train.choices import OPTIMIZER_NAMES
+from bench.train.choices import OPTIMIZER_NAMES, WITH_MOMENTUM
 
-LABELS = {"sgd": "SGD", "adam": "Adam", "adamw": "AdamW", "rmsprop": "RMSprop"}
-assert set(LABELS) == set(OPTIMIZER_NAMES)
+# torch's optimizer of each name; its class's name is its label in the report ('AdamW').
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+assert set(OPTIMIZERS) == set(OPTIMIZER_NAMES)
 
 
 def optimizer_class(cfg: RunConfig) -> tuple[type[torch.optim.Optimizer], dict]:
     """torch's optimizer for `cfg.optimizer` and its arguments besides the parameters: momentum
     where the optimizer has one (SGD, RMSprop); AdamW's weight decay is decoupled (its own)."""
-    common = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
-    if cfg.optimizer == "sgd":
-        return torch.optim.SGD, {**common, "momentum": cfg.momentum}
-    if cfg.optimizer == "rmsprop":
-        return torch.optim.RMSprop, {**common, "momentum": cfg.momentum}
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam, common
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW, common
-    raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of: {OPTIMIZER_NAMES}")
+    if cfg.optimizer not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of: {OPTIMIZER_NAMES}")
+    kwargs = {"lr": cfg.lr, "weight_decay": cfg.weight_decay}
+    if cfg.optimizer in WITH_MOMENTUM:
+        kwargs["momentum"] = cfg.momentum
+    return OPTIMIZERS[cfg.optimizer], kwargs
 
 
 def parameter_groups(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> list[dict]:
@@ -64,11 +62,11 @@ def make_optimizer(cfg: RunConfig, model: nn.Module, loss: nn.Module) -> torch.o
 def optimizer_text(cfg: RunConfig, multiplier: float = 1.0) -> str:
     """The optimizer as the report's setup states it: 'SGD (momentum 0.9, weight decay 0.0005)',
     'AdamW (weight decay 0.0001; the loss's parameters at 100x the lr)'."""
-    parts = [f"momentum {cfg.momentum:g}"] if cfg.optimizer in ("sgd", "rmsprop") else []
+    parts = [f"momentum {cfg.momentum:g}"] if cfg.optimizer in WITH_MOMENTUM else []
     parts.append(f"weight decay {cfg.weight_decay:g}")
     text = ", ".join(parts)
     if cfg.embedding_lr != 1:
         text += f"; the embedding layer at {cfg.embedding_lr:g}x the lr"
     if multiplier != 1:
         text += f"; the loss's parameters at {multiplier:g}x the lr"
-    return f"{LABELS[cfg.optimizer]} ({text})"
+    return f"{OPTIMIZERS[cfg.optimizer].__name__} ({text})"

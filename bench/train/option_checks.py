@@ -10,7 +10,7 @@ from bench.data.names import resizes_images
 from bench.models.choices import sized_by_crop
 from bench.protocols import get_protocol
 from bench.runs.config import RunConfig, unused_settings
-from bench.train.choices import parse_schedule
+from bench.train.choices import WITH_MOMENTUM, parse_schedule
 
 OWN_VALIDATION = ("flowers102",)  # classify validates on the published split: no fraction
 
@@ -50,7 +50,7 @@ def check_given(cfg: RunConfig, given: dict[str, Any]) -> None:
             f"{option}: {cfg.dataset}'s inputs are used as they are, never resized or "
             f"cropped{taken}; leave {option} out"
         )
-    if "momentum" in given and cfg.optimizer not in ("sgd", "rmsprop"):
+    if "momentum" in given and cfg.optimizer not in WITH_MOMENTUM:
         raise ValueError(
             f"--momentum applies to sgd and rmsprop, not {cfg.optimizer}; leave it out"
         )

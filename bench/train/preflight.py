@@ -4,6 +4,7 @@ scored. Each fault is a one-line ValueError naming what to change."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +19,13 @@ from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.runs.weights import NAMED_WEIGHTS, read_provenance
 from bench.train.distributed import Ranks, check_divisible
-from bench.train.loaders import load_data, per_class
+from bench.train.loaders import check_batch_fits, load_data, per_class
 from bench.train.recipes import check_recipe
 from losses import get_loss_class, is_loss
 from losses.registry import check_memory_taken
 
-# The settings a run's splits depend on: runs that share them share their data.
+# The settings a run's splits depend on: runs that share them share their data. The image
+# pipeline's are those declared as applying to it (`bench.runs.config.APPLIES`).
 DATA_SETTINGS = (
     "dataset",
     "protocol",
@@ -31,11 +33,7 @@ DATA_SETTINGS = (
     "val_split",
     "train_per_class",
     "data_root",
-    "resize",
-    "crop",
-    "pad",
-    "crop_mode",
-    "crop_scale",
+    *(f.name for f in fields(RunConfig) if f.metadata["applies"]),
 )
 
 
@@ -156,11 +154,7 @@ def check_batches(cfg: RunConfig, data: DataSplits) -> None:
             f"learning needs two at least{where_classes_go(cfg)}; use a data set with more "
             "classes"
         )
-    if cfg.batch_size > len(labels):
-        raise ValueError(
-            f"batch size {cfg.batch_size} exceeds the {len(labels)} training items of "
-            f"{cfg.dataset}; give a smaller --batch-size"
-        )
+    check_batch_fits(cfg, len(labels))
     if not get_loss_class(cfg.loss).class_balanced:
         return
     check_m_divides(cfg)

@@ -211,28 +211,27 @@ LIU2019 = Preset(
 # On the built-in sets (digits, glyphs): their own preset with Liu et al. 2019's embedding size and
 # batch; the one-pixel shift of the digits' training images is their padded random crop.
 # small_cnn's GAP layer has 64 dims, so FC and GAP embeddings compare at the same size.
-LIU2019_DIGITS = replace(DIGITS, dims=(64,), config={**DIGITS.config, "batch_size": 128})
-LIU2019_GLYPHS = replace(GLYPHS, dims=(64,), config={**GLYPHS.config, "batch_size": 128})
+LIU2019_SMALL_SETS = ((64,), {"batch_size": 128})
 
 
-def with_small_sets(name: str) -> tuple[Preset, dict[str, Preset]]:
-    """A recipe's presets (`bench.train.recipe_presets.BY_DATASET`), and on the built-in sets
-    their own with what the recipe gives them (`SMALL_SETS`)."""
-    images, by_dataset = BY_DATASET[name]
-    dims, settings = SMALL_SETS[name]
-    small = {
+def on_small_sets(dims: tuple[int, ...], settings: dict[str, Any]) -> dict[str, Preset]:
+    """The built-in sets' own presets (digits, glyphs) with a named preset's embedding sizes and
+    the settings it gives them (`LIU2019_SMALL_SETS`, `bench.train.recipe_presets.SMALL_SETS`)."""
+    return {
         dataset: replace(preset, dims=dims, config={**preset.config, **settings})
         for dataset, preset in (("digits", DIGITS), ("glyphs", GLYPHS))
     }
-    return images, {**by_dataset, **small}
 
 
 # The named presets (`--preset`): a paper's settings in place of the protocol's preset; the
 # field's recipes (Kim et al. 2020's Proxy-Anchor recipe, the ViT track) from
 # bench.train.recipe_presets.
 PRESETS = {
-    "liu2019": (LIU2019, {"digits": LIU2019_DIGITS, "glyphs": LIU2019_GLYPHS}),
-    **{name: with_small_sets(name) for name in BY_DATASET},
+    "liu2019": (LIU2019, on_small_sets(*LIU2019_SMALL_SETS)),
+    **{
+        name: (images, {**by_dataset, **on_small_sets(*SMALL_SETS[name])})
+        for name, (images, by_dataset) in BY_DATASET.items()
+    },
 }
 # The protocols' presets on image data sets, by the name a protocol declares (Protocol.preset),
 # with the data sets that differ (classify: their validation share).

@@ -31,9 +31,7 @@ def validation_metrics(run: Any, epoch: int) -> dict:
     fault = distance_fault(emb)
     if fault:
         raise Diverged(epoch, f"validation embeddings: {fault}", float("nan"))
-    metrics = evaluate(
-        emb, labels, seed=run.cfg.seed, clustering=False, device=run.compute.search, ks=run.ks
-    ).metrics
+    metrics = unclustered_metrics(run, emb, labels)
     for evaluation in run.evaluations:
         metrics.update(evaluation.validate(run, emb, labels))
     metrics["score"] = run.protocol.score_of(metrics)
@@ -48,16 +46,7 @@ def searched_test(
     tables into the run folder); the test embeddings and labels, and each query's scores.
     `clustering`: which NMI (default: the run's)."""
     emb, labels = run.embed_split(run.data.test)
-    metrics, scores = retrieval_scores(
-        run.protocol,
-        emb,
-        labels,
-        query_flags(run.data.test),
-        run.cfg.seed,
-        clustering or run.cfg.clustering,
-        device=run.compute.search,
-        ks=run.ks,
-    )
+    metrics, scores = scored_test(run, emb, labels, clustering or run.cfg.clustering)
     for evaluation in run.evaluations:
         metrics.update(evaluation.test(run, emb, labels, write_tables))
     return metrics, emb, labels, scores
@@ -75,13 +64,33 @@ def checkpoint_metrics(run: Any, epoch: int) -> dict:
     store.save_test_embeddings(run.run_dir, emb, labels, scores, query_flags(run.data.test))
     train, train_labels = run.embed_split(run.data.train_eval)  # for the visualisations
     store.save_train_embeddings(run.run_dir, train, train_labels)
-    found = evaluate(
-        train,
-        train_labels,
-        seed=run.cfg.seed,
-        clustering=False,
-        device=run.compute.search,
-        ks=run.ks,
-    ).metrics
+    found = unclustered_metrics(run, train, train_labels)
     metrics.update({f"train_{key}": value for key, value in found.items()})
     return metrics
+
+
+def scored_test(
+    run: Any, emb: np.ndarray, labels: np.ndarray, clustering: str
+) -> tuple[dict, Scores]:
+    """`retrieval_scores` of embeddings of the run's test split (its query flags), searched as
+    its protocol searches, at its seed, by its search and with its data set's Recall@K;
+    `clustering`: which NMI."""
+    return retrieval_scores(
+        run.protocol,
+        emb,
+        labels,
+        query_flags(run.data.test),
+        run.cfg.seed,
+        clustering,
+        device=run.compute.search,
+        ks=run.ks,
+    )
+
+
+def unclustered_metrics(run: Any, emb: np.ndarray, labels: np.ndarray) -> dict:
+    """R@K, R-Precision and MAP@R of `emb` among themselves without k-means (an epoch's
+    validation, the training split), at the run's seed, by its search, at its Recall@K."""
+    found = evaluate(
+        emb, labels, seed=run.cfg.seed, clustering=False, device=run.compute.search, ks=run.ks
+    )
+    return found.metrics

@@ -17,8 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.data.datasets import query_flags
-from bench.train.evaluations import retrieval_scores
+from bench.train.run_evaluation import scored_test
 from bench.util.progress import log
 
 # Settings that change how a run trains, never what its untrained network embeds or how its
@@ -86,16 +85,7 @@ def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
     emb, labels = cache.embeddings[key]
     # as `embed` normalises: the whole split at once, after its batches; the kept one untouched
     emb = F.normalize(emb, dim=1) if normalize else emb.clone()
-    metrics, _ = retrieval_scores(
-        run.protocol,
-        emb.numpy(),
-        labels,
-        query_flags(run.data.test),
-        run.cfg.seed,
-        "none",
-        device=run.compute.search,
-        ks=run.ks,
-    )
+    metrics, _ = scored_test(run, emb.numpy(), labels, "none")
     cache.metrics[(key, scoring)] = dict(metrics)
     return metrics
 
