@@ -24,7 +24,7 @@ from bench.report.table_format import (
     reference_for,
     wide_markdown,
 )
-from bench.report.texts import format_value
+from bench.runs.config import value_text
 
 CLASSIFICATION = "classification"
 CLASSIFY_ROWS = {
@@ -96,7 +96,7 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_markdown(table: pd.DataFrame) -> str:
     rows = [
-        [*(format_value(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
+        [*(value_text(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
         for _, r in table.iterrows()
     ]
     return "\n## Ablation (Meyer et al. 2018 Table 5): NNGK test accuracy x100\n\n" + github_table(

@@ -12,7 +12,7 @@ from bench.evaluation.metrics import recall_k
 from bench.protocols import protocol_columns
 from bench.report.reference import reference_rows
 from bench.report.significance import t_halfwidth
-from bench.report.texts import format_value
+from bench.runs.config import value_text
 
 # Earlier versions' NMI, then the protocols' own metrics (classify: accuracy; linear: mprec@K;
 # pairs: seen and unseen verification), as each protocol declares them.
@@ -86,7 +86,7 @@ def wide_markdown(wide: pd.DataFrame, index: dict[str, str]) -> str:
     values = [c.removesuffix(" mean") for c in wide.columns if c.endswith(" mean")]
     rows = [
         [
-            *(format_value(r[c]) for c in index),
+            *(value_text(r[c]) for c in index),
             *(cell(r[f"{v} mean"], r[f"{v} ci"]) for v in values),
             int(r["runs"]),
         ]
