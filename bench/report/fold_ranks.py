@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.significance import ALPHA, per_seed_p_value, t_halfwidth
-from bench.report.table_format import COLUMNS, FLOAT, cell, github_table
+from bench.report.table_format import COLUMNS, cell, csv_bytes, github_table
 
 RANKED = ("map@r", "recall@1")
 COLUMN_KEYS = ["weights", "dims", "folds", "embedding"]
@@ -114,5 +114,4 @@ def ranked_files(per_seed: pd.DataFrame, table: str) -> tuple[str, dict[str, byt
     if ranks.empty:
         return "", {}
     text = "\n".join(ranked_text(ranks, m) for m in RANKED if m in set(ranks["metric"]))
-    csv = ranks.to_csv(index=False, float_format=FLOAT).encode()
-    return text, {f"{table}-folds-ranks.csv": csv}
+    return text, {f"{table}-folds-ranks.csv": csv_bytes(ranks)}

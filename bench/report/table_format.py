@@ -57,6 +57,16 @@ def github_table(rows: list[list], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=list(headers), tablefmt="github", disable_numparse=True) + "\n"
 
 
+def csv_bytes(table: pd.DataFrame) -> bytes:
+    """A table as every CSV of the report writes it: no index, floats to FLOAT."""
+    return table.to_csv(index=False, float_format=FLOAT).encode()
+
+
+def table_files(stem: str, text: str, table: pd.DataFrame) -> Files:
+    """`<stem>.md` (the text) and `<stem>.csv` (the table)."""
+    return {f"{stem}.md": text.encode(), f"{stem}.csv": csv_bytes(table)}
+
+
 def one_per_seed(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
     """`values` per `keys` and seed: copies of one seed (the same settings run twice, or by an
     earlier version) are one run, their mean; a value that is NaN in every copy stays NaN."""
