@@ -19,15 +19,8 @@ from bench.runs.config import value_text
 PROTOCOL_COLUMNS = {"nmi_best_of_5": "NMI (best of 5)", **protocol_columns()}
 
 
-COLUMNS = {
-    "recall@1": "R@1",
-    "recall@2": "R@2",
-    "recall@4": "R@4",
-    "recall@8": "R@8",
-    "nmi": "NMI",
-    "r_precision": "R-Prec.",
-    "map@r": "MAP@R",
-}
+# The other metrics' headers (R@K: `column_label`).
+COLUMNS = {"nmi": "NMI", "r_precision": "R-Prec.", "map@r": "MAP@R"}
 
 
 def column_label(metric: str) -> str:

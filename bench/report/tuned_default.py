@@ -19,7 +19,7 @@ from bench.report.folds import complete_seeds, fold_runs
 from bench.report.runs import column_or_nan, trained_runs
 from bench.report.setup import setup_line
 from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value, t_halfwidth
-from bench.report.table_format import COLUMNS, Files, cell, github_table, table_files
+from bench.report.table_format import Files, cell, column_label, github_table, table_files
 
 TUNED_DEFAULT = "tuned-vs-default"
 TUNED_SUFFIX = "-tuned"
@@ -146,7 +146,7 @@ def markdown_rows(part: pd.DataFrame) -> list[list]:
             int(r["dims"]),
             r["weights"],
             r["default"],
-            COLUMNS.get(r["metric"], r["metric"]),
+            column_label(r["metric"]),
             f"{cell(r['default_mean'], r['default_ci'])} ({r['default_seeds']})",
             f"{cell(r['tuned_mean'], r['tuned_ci'])} ({r['tuned_seeds']})",
             f"{100 * r['difference']:+.2f}",
