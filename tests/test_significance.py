@@ -192,25 +192,26 @@ def test_a_diverged_run_is_counted_in_its_row(tmp_path):
 
 
 def test_few_seeds_need_welchs_test_to_agree_with_the_bootstrap():
-    from bench.report.significance import differs, seeds_p_value
+    from bench.report.significance import judged, seeds_p_value
 
     rng = np.random.default_rng(0)
     a = np.array([0.70, 0.74, 0.78])[:, None] + rng.normal(0, 0.01, (3, 2000))
     b = np.array([0.62, 0.66, 0.70])[:, None] + rng.normal(0, 0.01, (3, 2000))
     p = seeds_p_value(a, b)
     assert p == pytest.approx(stats.ttest_ind(a.mean(1), b.mean(1), equal_var=False).pvalue)
-    d, _, significant = differs(a, b)
+    d, _, significant = judged(bootstrap_difference(a, b), a, b)
     assert d.significant and 0.05 < p < 0.1 and not significant  # three seeds: not enough
     assert np.isnan(seeds_p_value(a[:1], b))  # one seed: the bootstrap alone decides
-    assert differs(a + 0.2, b)[2]  # a gap well beyond the seeds' spread
+    far = a + 0.2  # a gap well beyond the seeds' spread
+    assert judged(bootstrap_difference(far, b), far, b)[2]
 
 
 def test_a_row_of_one_seed_is_never_marked_however_far_apart(tmp_path):
-    from bench.report.significance import differs
+    from bench.report.significance import judged
 
     rng = np.random.default_rng(0)
     one, many = rng.normal(0.9, 0.01, (1, 2000)), rng.normal(0.2, 0.01, (3, 2000))
-    d, _, significant = differs(one, many)
+    d, _, significant = judged(bootstrap_difference(one, many), one, many)
     assert d.significant and not significant  # the bootstrap over queries alone: not enough
     r = tmp_path / "r"
     embedded_run(r, "good0", "contrastive", 0, noise=0.4)  # one seed, far better

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -27,6 +27,13 @@ BENCHMARKS = (
 )
 MIN_SCALE_ITEMS = 20  # a class of 10 % holds 2 items or more
 MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its items
+
+
+def int_option(name: str, default: int, least: int, text: str | None = None) -> Callable:
+    """An integer option of `least` or more, its `default` shown."""
+    return click.option(
+        name, default=default, show_default=True, type=click.IntRange(least), help=text
+    )
 
 
 @click.command()
@@ -57,19 +64,12 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
 @click.option(
     "--eval-sizes", default="10000,50000", show_default=True, help="Items of the evaluator runs."
 )
-@click.option(
-    "--refresh-images",
-    default=3000,
-    show_default=True,
-    type=click.IntRange(2),
-    help="Glyphs of the NNGK refresh benchmark.",
-)
-@click.option(
+@int_option("--refresh-images", 3000, 2, "Glyphs of the NNGK refresh benchmark.")
+@int_option(
     "--ann-size",
-    default=50_000,
-    show_default=True,
-    type=click.IntRange(2),
-    help="Bank of the approximate (IVF) vs exact search benchmark (e.g. 1000000 on a GPU).",
+    50_000,
+    2,
+    "Bank of the approximate (IVF) vs exact search benchmark (e.g. 1000000 on a GPU).",
 )
 @click.option(
     "--scale-sizes",
@@ -85,26 +85,18 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     type=NON_NEGATIVE,
     help="GB each evaluator-at-scale process may add to its data (0: no cap).",
 )
-@click.option(
-    "--scale-timeout",
-    default=3600,
-    show_default=True,
-    type=click.IntRange(1),
-    help="Seconds each evaluator-at-scale process may take.",
-)
-@click.option(
+@int_option("--scale-timeout", 3600, 1, "Seconds each evaluator-at-scale process may take.")
+@int_option(
     "--crossover-items",
-    default=2000,
-    show_default=True,
-    type=click.IntRange(2),
-    help="Items of the large-class ranking vs faiss top-k rows (e.g. 100000).",
+    2000,
+    2,
+    "Items of the large-class ranking vs faiss top-k rows (e.g. 100000).",
 )
-@click.option(
+@int_option(
     "--report-runs",
-    default=1000,
-    show_default=True,
-    type=click.IntRange(3),
-    help="Generated run folders `report` is timed over, against reading their metrics.json.",
+    1000,
+    3,
+    "Generated run folders `report` is timed over, against reading their metrics.json.",
 )
 @click.option(
     "--only",
@@ -124,7 +116,7 @@ MAX_BATCH = 5000  # bench.speed.nngk_step's bank: a batch is drawn from its item
     show_default=True,
     help="Precisions of the --train-step rows.",
 )
-@click.option("--train-steps", default=20, show_default=True, type=click.IntRange(2))
+@int_option("--train-steps", 20, 2)
 @click.option(
     "--run-wall",
     default=None,
@@ -247,14 +239,11 @@ def speed(
             show("where its seconds before and after its epochs went, by its log", phases)
     if loader_dataset is None:
         return
-    tmp = Path(tempfile.mkdtemp(prefix="nngk-speed-"))
-    try:
-        paths = loader_paths(loader_dataset, data_root, images, tmp)
-        cache = tmp / "cache"
+    with tempfile.TemporaryDirectory(prefix="nngk-speed-", ignore_cleanup_errors=True) as tmp:
+        paths = loader_paths(loader_dataset, data_root, images, Path(tmp))
+        cache = Path(tmp) / "cache"
         result = loader_benchmark(paths, resize, crop, backbone, cache, workers, device, batch)
         show("loader", [{"loader": k, "value": v} for k, v in result.items()])
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def train_step_plan(pairs: str | None, precisions: str) -> tuple[list, list[str]]:
@@ -285,14 +274,11 @@ def train_step_rows(
     from bench.train.step_rates import step_rates
 
     for backbone, batch in plan:
-        tmp = Path(tempfile.mkdtemp(prefix="nngk-step-"))
-        try:
+        with tempfile.TemporaryDirectory(prefix="nngk-step-", ignore_cleanup_errors=True) as tmp:
             rows = train_step_benchmark(
-                step_rates, backbone, batch, precisions, device, steps, tmp, resize, crop,
+                step_rates, backbone, batch, precisions, device, steps, Path(tmp), resize, crop,
                 workers,
             )  # fmt: skip
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         title = f"training step: the harness's epoch vs a bare loop ({backbone}, batch {batch}"
         show(f"{title}, {workers} loader workers)", rows)
 

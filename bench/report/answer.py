@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value
-from bench.report.table_format import COLUMNS, one_per_seed, percent
+from bench.report.table_format import column_label, one_per_seed, percent
 
 HEADLINE = ("recall@1", "map@r", "nmi")  # the metrics the answer speaks of, in this order
 # Seeds a row needs before its interval is narrow enough to read: a 95 % t interval over 2
@@ -58,7 +58,7 @@ def metric_line(
         return ""
     ranked = part.dropna(subset=[column]).sort_values([column, "method"], ascending=[False, True])
     best = ranked.iloc[0]
-    head = f"{dims}-d, {COLUMNS[metric]}: "
+    head = f"{dims}-d, {column_label(metric)}: "
     above = baselines_above(baselines, metric, best[column])
     if above:
         head += f"no trained row beats {above}; the best: "

@@ -15,7 +15,6 @@ from bench.report.runs import trained_runs
 from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
-    FLOAT,
     INTERVAL,
     SPLITS,
     Files,
@@ -24,6 +23,7 @@ from bench.report.table_format import (
     parse_setting,
     percent,
     published_section,
+    table_files,
 )
 
 BEST_WORST = 3  # categories at each end (the Tiny ImageNet pair-verification report Table 3)
@@ -116,7 +116,4 @@ def categories_files(part: pd.DataFrame, table: str) -> Files:
         + github_table(rows, headers)
         + categories_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )
-    return {
-        f"{table}-categories.md": text.encode(),
-        f"{table}-categories.csv": ranked.to_csv(index=False, float_format=FLOAT).encode(),
-    }
+    return table_files(f"{table}-categories", text, ranked)

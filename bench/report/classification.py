@@ -11,10 +11,10 @@ from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
 from bench.report.table_format import (
-    FLOAT,
     INTERVAL,
     Files,
     cell,
+    csv_bytes,
     github_table,
     mean_ci_table,
     one_per_seed,
@@ -24,7 +24,7 @@ from bench.report.table_format import (
     reference_for,
     wide_markdown,
 )
-from bench.report.texts import format_value
+from bench.runs.config import value_text
 
 CLASSIFICATION = "classification"
 CLASSIFY_ROWS = {
@@ -96,7 +96,7 @@ def ablation_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_markdown(table: pd.DataFrame) -> str:
     rows = [
-        [*(format_value(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
+        [*(value_text(r[c]) for c in ABLATION_ROWS), cell(r["mean"], r["ci"]), int(r["runs"])]
         for _, r in table.iterrows()
     ]
     return "\n## Ablation (Meyer et al. 2018 Table 5): NNGK test accuracy x100\n\n" + github_table(
@@ -147,10 +147,10 @@ def classification_files(runs: pd.DataFrame, name: str) -> Files:
     files: Files = {}
     if len(table):
         text += wide_markdown(table, CLASSIFY_ROWS)
-        files[f"{name}.csv"] = table.to_csv(index=False, float_format=FLOAT).encode()
+        files[f"{name}.csv"] = csv_bytes(table)
     if len(ablation):
         text += ablation_markdown(ablation)
-        files[f"{name}-ablation.csv"] = ablation.to_csv(index=False, float_format=FLOAT).encode()
+        files[f"{name}-ablation.csv"] = csv_bytes(ablation)
     text += "".join(
         f"\n{setup_line(part).replace('Setup:', f'Setup of {table}:', 1)}\n"
         for table, part in classified_runs(runs).groupby("table", sort=True)

@@ -22,12 +22,12 @@ from bench.report.runs import (
 from bench.report.setup import setup_columns, setup_line
 from bench.report.significance import MIN_SEEDS, REPLICATES, compare_rows, t_halfwidth
 from bench.report.table_format import (
-    FLOAT,
     INTERVAL,
     PROTOCOL_COLUMNS,
     Files,
     cell,
     column_label,
+    csv_bytes,
     github_table,
     one_per_seed,
     percent,
@@ -297,13 +297,11 @@ def embedding_files(part: pd.DataFrame, table: str, reference: str | None = None
     text = markdown_table(summary, table, setup, differences, baselines, answer)
     files = {
         f"{table}.md": (text + paper_markdown(papers)).encode(),
-        f"{table}.csv": summary.to_csv(index=False, float_format=FLOAT).encode(),
+        f"{table}.csv": csv_bytes(summary),
         f"{table}.png": dims_figure(part),
     }
     if len(differences):
-        files[f"{table}-differences.csv"] = differences.to_csv(
-            index=False, float_format=FLOAT
-        ).encode()
+        files[f"{table}-differences.csv"] = csv_bytes(differences)
     if len(papers):
         files[f"{table}-paper.csv"] = papers.to_csv(index=False).encode()
     if len(trained):

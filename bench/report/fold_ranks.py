@@ -11,7 +11,7 @@ from __future__ import annotations
 import pandas as pd
 
 from bench.report.significance import ALPHA, per_seed_p_value, t_halfwidth
-from bench.report.table_format import COLUMNS, FLOAT, cell, github_table
+from bench.report.table_format import cell, column_label, csv_bytes, github_table
 
 RANKED = ("map@r", "recall@1")
 COLUMN_KEYS = ["weights", "dims", "folds", "embedding"]
@@ -54,7 +54,7 @@ def fold_ranks(per_seed: pd.DataFrame) -> pd.DataFrame:
     return ranks[[*columns, "below"]]
 
 
-def column_label(key: tuple, varying: set[str]) -> str:
+def column_title(key: tuple, varying: set[str]) -> str:
     weights, dims, folds, embedding = key
     text = f"{weights}: {embedding}" if "weights" in varying else str(embedding)
     if embedding == CONCATENATED:
@@ -83,8 +83,8 @@ def ranked_text(ranks: pd.DataFrame, metric: str) -> str:
     table = []
     for row in dict.fromkeys(rows_order):
         table.append([row_label(*row), *(ranked_cell(cells, col, row) for col in columns)])
-    headers = ["loss", *(column_label(c, varying) for c in columns)]
-    name = COLUMNS.get(metric, metric)
+    headers = ["loss", *(column_title(c, varying) for c in columns)]
+    name = column_label(metric)
     return (
         f"## {name}, best first\n\n{name} x100, mean ± 95 % t interval over seeds; ▼: below "
         f"its column's best by Welch's t-test over the seeds (p < {ALPHA}); the best in bold "
@@ -114,5 +114,4 @@ def ranked_files(per_seed: pd.DataFrame, table: str) -> tuple[str, dict[str, byt
     if ranks.empty:
         return "", {}
     text = "\n".join(ranked_text(ranks, m) for m in RANKED if m in set(ranks["metric"]))
-    csv = ranks.to_csv(index=False, float_format=FLOAT).encode()
-    return text, {f"{table}-folds-ranks.csv": csv}
+    return text, {f"{table}-folds-ranks.csv": csv_bytes(ranks)}

@@ -18,7 +18,7 @@ from bench.report.run_files import saved_embeddings, saved_query_flags
 from bench.report.runs import column_or_nan, shown_metrics, trained_runs
 from bench.report.setup import setup_line
 from bench.report.significance import t_halfwidth
-from bench.report.table_format import Files, cell, column_label, github_table
+from bench.report.table_format import Files, cell, column_label, github_table, table_files
 from bench.runs import store
 from bench.util.arrays import l2_normalised
 
@@ -117,11 +117,8 @@ def folds_files(runs: pd.DataFrame, table: str) -> Files:
         + github_table(rows, headers)
     )
     ranked, ranks_csv = ranked_files(per_seed, table)
-    return {
-        f"{table}-{FOLDS}.md": (text + (f"\n{ranked}" if ranked else "")).encode(),
-        f"{table}-{FOLDS}.csv": per_seed.to_csv(index=False, float_format="%.6f").encode(),
-        **ranks_csv,
-    }
+    text += f"\n{ranked}" if ranked else ""
+    return {**table_files(f"{table}-{FOLDS}", text, per_seed), **ranks_csv}
 
 
 def embedding_text(kind: str, folds: int, dims: int) -> str:

@@ -8,7 +8,7 @@ import pandas as pd
 from bench.evaluation.health import HEALTH_KEYS
 from bench.report.runs import column_or_nan
 from bench.report.setup import setup_line
-from bench.report.table_format import FLOAT, Files, github_table, one_per_seed, percent
+from bench.report.table_format import Files, github_table, one_per_seed, percent, table_files
 
 KEYS = ["name", "dims"]
 VALUES = [*HEALTH_KEYS, "map@r"]
@@ -89,7 +89,4 @@ def health_files(part: pd.DataFrame, table: str) -> Files:
         f"# {table}: embedding health per loss and size\n\n"
         f"{EXPLANATION}\n\n{setup_line(part)}\n\n" + github_table(markdown_rows(health), HEADERS)
     )
-    return {
-        f"{table}-health.md": text.encode(),
-        f"{table}-health.csv": health.to_csv(index=False, float_format=FLOAT).encode(),
-    }
+    return table_files(f"{table}-health", text, health)

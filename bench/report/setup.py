@@ -15,8 +15,8 @@ from bench.report.runs import (
     read_config,
     trained_runs,
 )
-from bench.report.texts import UNUSED, format_value, setting_text
-from bench.runs.config import declared
+from bench.report.texts import UNUSED, setting_text
+from bench.runs.config import declared, value_text
 
 # Column of a run's record -> its name in the setup; `weights`: the label the run recorded of
 # its weights ('random init', 'ImageNet', 'small_cnn pretrained on glyphs 1000-1999').
@@ -42,7 +42,7 @@ def field_text(runs: pd.DataFrame, column: str, by: str | None, labelled: bool =
     'lr 0.001 (nngk, softmax) / 0.01 (contrastive)', or, where each row's label states it
     (`labelled`), the values alone and that the labels say which."""
     values = column_or_nan(runs, column)
-    texts = values.dropna().map(format_value)
+    texts = values.dropna().map(value_text)
     if texts.nunique() <= 1 or by is None or by not in runs:
         return " / ".join(sorted(set(texts))) or "-"
     if labelled:
@@ -129,7 +129,7 @@ def linear_setup_line(runs: pd.DataFrame) -> str:
     for method, config in zip(runs["method"], configs, strict=True):
         params = config.get("params") if isinstance(config.get("params"), dict) else {}
         methods.setdefault(method, set()).add(
-            ", ".join(f"{k} {format_value(v)}" for k, v in sorted(params.items())) or "none"
+            ", ".join(f"{k} {value_text(v)}" for k, v in sorted(params.items())) or "none"
         )
     stated = "; ".join(f"{m}: {' / '.join(sorted(p))}" for m, p in sorted(methods.items()))
     return (

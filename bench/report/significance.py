@@ -311,11 +311,6 @@ def per_seed_p_value(a: np.ndarray, b: np.ndarray) -> float:
     return seeds_p_value(a[:, None], b[:, None])
 
 
-def differs(a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
-    """The bootstrap difference, Welch's p over seeds, and whether both call it significant."""
-    return judged(bootstrap_difference(a, b), a, b)
-
-
 def judged(d: Difference, a: np.ndarray, b: np.ndarray) -> tuple[Difference, float, bool]:
     """A bootstrap difference with Welch's p over seeds, and whether both call it significant:
     with few seeds the bootstrap's seed resampling is too narrow, the t-test is not. Never

@@ -12,22 +12,15 @@ from bench.evaluation.metrics import recall_k
 from bench.protocols import protocol_columns
 from bench.report.reference import reference_rows
 from bench.report.significance import t_halfwidth
-from bench.report.texts import format_value
+from bench.runs.config import value_text
 
 # Earlier versions' NMI, then the protocols' own metrics (classify: accuracy; linear: mprec@K;
 # pairs: seen and unseen verification), as each protocol declares them.
 PROTOCOL_COLUMNS = {"nmi_best_of_5": "NMI (best of 5)", **protocol_columns()}
 
 
-COLUMNS = {
-    "recall@1": "R@1",
-    "recall@2": "R@2",
-    "recall@4": "R@4",
-    "recall@8": "R@8",
-    "nmi": "NMI",
-    "r_precision": "R-Prec.",
-    "map@r": "MAP@R",
-}
+# The other metrics' headers (R@K: `column_label`).
+COLUMNS = {"nmi": "NMI", "r_precision": "R-Prec.", "map@r": "MAP@R"}
 
 
 def column_label(metric: str) -> str:
@@ -55,6 +48,16 @@ def percent(value: float) -> str:
 
 def github_table(rows: list[list], headers: Sequence[str]) -> str:
     return tabulate(rows, headers=list(headers), tablefmt="github", disable_numparse=True) + "\n"
+
+
+def csv_bytes(table: pd.DataFrame) -> bytes:
+    """A table as every CSV of the report writes it: no index, floats to FLOAT."""
+    return table.to_csv(index=False, float_format=FLOAT).encode()
+
+
+def table_files(stem: str, text: str, table: pd.DataFrame) -> Files:
+    """`<stem>.md` (the text) and `<stem>.csv` (the table)."""
+    return {f"{stem}.md": text.encode(), f"{stem}.csv": csv_bytes(table)}
 
 
 def one_per_seed(df: pd.DataFrame, keys: list[str], values: list[str]) -> pd.DataFrame:
@@ -86,7 +89,7 @@ def wide_markdown(wide: pd.DataFrame, index: dict[str, str]) -> str:
     values = [c.removesuffix(" mean") for c in wide.columns if c.endswith(" mean")]
     rows = [
         [
-            *(format_value(r[c]) for c in index),
+            *(value_text(r[c]) for c in index),
             *(cell(r[f"{v} mean"], r[f"{v} ci"]) for v in values),
             int(r["runs"]),
         ]

@@ -12,10 +12,6 @@ UNUSED = "unused"  # a setting the run left unused (bench.report.runs.unused_by)
 PARAMS = {"learn_weights": lambda v: "learned weights" if v else "fixed weights"}
 
 
-def format_value(value: object) -> str:
-    return value_text(value)
-
-
 def setting_text(column: str, value: object) -> str:
     """How a run's setting reads after its method, e.g. 'GAP', 'frozen backbone', 'k=10' (a
     run setting as RunConfig declares it, `setting_label`); '' for a setting it left unused;
@@ -26,6 +22,6 @@ def setting_text(column: str, value: object) -> str:
         name = column.removeprefix("param_")
         if name in PARAMS:
             return PARAMS[name](value)
-        return f"no {name}" if pd.isna(value) else f"{name}={format_value(value)}"
+        return f"no {name}" if pd.isna(value) else f"{name}={value_text(value)}"
     text = setting_label(column, value)
-    return format_value(value) if text is None else text
+    return value_text(value) if text is None else text

@@ -12,7 +12,6 @@ from bench.report.run_files import saved_embeddings
 from bench.report.runs import column_or_nan, trained_runs, variant_labels
 from bench.report.setup import setup_line
 from bench.report.table_format import (
-    FLOAT,
     INTERVAL,
     Files,
     github_table,
@@ -20,6 +19,7 @@ from bench.report.table_format import (
     parse_setting,
     percent,
     published_section,
+    table_files,
     wide_markdown,
 )
 from bench.runs import store
@@ -101,7 +101,4 @@ def train_test_files(part: pd.DataFrame, table: str) -> Files:
         + wide_markdown(wide, {"row": "embedding (split)", "dims": "dims"})
         + train_test_paper(part["dataset"].iloc[0], part["protocol"].iloc[0])
     )
-    return {
-        f"{table}-train-test.md": text.encode(),
-        f"{table}-train-test.csv": wide.to_csv(index=False, float_format=FLOAT).encode(),
-    }
+    return table_files(f"{table}-train-test", text, wide)

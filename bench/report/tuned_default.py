@@ -19,7 +19,7 @@ from bench.report.folds import complete_seeds, fold_runs
 from bench.report.runs import column_or_nan, trained_runs
 from bench.report.setup import setup_line
 from bench.report.significance import ALPHA, MIN_SEEDS, per_seed_p_value, t_halfwidth
-from bench.report.table_format import COLUMNS, FLOAT, Files, cell, github_table
+from bench.report.table_format import Files, cell, column_label, github_table, table_files
 
 TUNED_DEFAULT = "tuned-vs-default"
 TUNED_SUFFIX = "-tuned"
@@ -132,10 +132,7 @@ def tuned_default_files(df: pd.DataFrame, name: str = TUNED_DEFAULT) -> Files:
             for which, shown in (("the defaults", table), ("the tuned runs", table + TUNED_SUFFIX))
         )  # apart: a field would name one loss for both ("lr 0.001 (nngk) / 0.0003 (nngk)")
         sections.append(f"## {table}\n\n{setup}\n\n{github_table(markdown_rows(part), HEADERS)}")
-    return {
-        f"{name}.md": "\n\n".join(sections).encode(),
-        f"{name}.csv": rows.to_csv(index=False, float_format=FLOAT).encode(),
-    }
+    return table_files(name, "\n\n".join(sections), rows)
 
 
 HEADERS = ["loss", "dims", "start", "default row", "metric", "default", "tuned", "tuned - default"]
@@ -149,7 +146,7 @@ def markdown_rows(part: pd.DataFrame) -> list[list]:
             int(r["dims"]),
             r["weights"],
             r["default"],
-            COLUMNS.get(r["metric"], r["metric"]),
+            column_label(r["metric"]),
             f"{cell(r['default_mean'], r['default_ci'])} ({r['default_seeds']})",
             f"{cell(r['tuned_mean'], r['tuned_ci'])} ({r['tuned_seeds']})",
             f"{100 * r['difference']:+.2f}",

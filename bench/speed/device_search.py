@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bench.speed.scale import ours as harness  # the evaluator, as the scale rows run it
 from bench.speed.scale import skewed_set
 from bench.util.runtime import synchronize
 from bench.util.torch_knn import CELLS, GPU_CELLS, TorchSearch, squared_norms
@@ -46,13 +47,6 @@ def bare_torch(x: np.ndarray, labels: np.ndarray, device: torch.device) -> dict[
         ap = (same.cumsum(1) / ranks * same).sum(1) / rq.clamp_min(1)
         ap_sum += float(ap[rq > 0].sum())
     return {"R@1": hits / len(xs), "MAP@R": ap_sum / float((r > 0).sum())}
-
-
-def harness(x: np.ndarray, labels: np.ndarray, device: torch.device) -> dict[str, float]:
-    from bench.evaluation.retrieval import query_scores
-
-    scores = query_scores(x, labels, device=device)
-    return {"R@1": float(scores["recall@1"].mean()), "MAP@R": float(np.nanmean(scores["map@r"]))}
 
 
 def warm_size(sizes: list[int], most: int = WARM_ITEMS) -> int:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -170,11 +169,8 @@ def report_benchmark(
     grow with rows, not runs); what grows with the runs is the last row's. The runs are
     generated in a temporary folder, removed after."""
     sizes = sorted({max(3, count // 5), count})
-    tmp = Path(tempfile.mkdtemp(prefix="nngk-report-runs-"))
-    try:
-        rows = [timed_report(report, load, tmp / str(n), n, queries, repeats) for n in sizes]
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="nngk-report-runs-", ignore_cleanup_errors=True) as tmp:
+        rows = [timed_report(report, load, Path(tmp) / str(n), n, queries, repeats) for n in sizes]
     return [*rows, added_run_row(*rows)] if len(rows) == 2 else rows
 
 
