@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from bench.train import trainer as trainer_module
+from bench.train.compute import Compute
 from bench.train.presets import make_configs
 
 
@@ -29,7 +30,7 @@ def test_each_split_is_embedded_through_one_loader_for_the_run(tmp_path, monkeyp
         batch_size=16,
         m_per_class=4,
     )
-    trainer = trainer_module.Trainer(cfg, tmp_path / "run")
+    trainer = trainer_module.Trainer(cfg, tmp_path / "run", Compute.resolve())
     metrics = trainer.fit()
     data = trainer.data
     # NNGK refreshes on train_eval, validation embeds val, each epoch; the test split

@@ -60,11 +60,12 @@ def test_a_loss_at_the_networks_rate_keeps_one_group_as_earlier_checkpoints_have
 
 
 def test_the_trainer_gives_the_losss_parameters_their_multiple(tmp_path, monkeypatch):
+    from bench.train.compute import Compute
     from bench.train.trainer import Trainer
 
     monkeypatch.setitem(LOSSES, "proxy-toy", ProxyLoss)
     (cfg,) = make_configs("digits", "proxy-toy", (8,), {}, lr=0.002, optimizer="adamw")
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer = Trainer(cfg, tmp_path / "run", Compute.resolve())
     network, own = trainer.optimizer.param_groups
     assert network["lr"] == 0.002 and own["lr"] == pytest.approx(0.2)
     assert own["params"] == [trainer.loss.proxies]

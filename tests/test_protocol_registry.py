@@ -23,6 +23,7 @@ from bench.protocols import (
     trained_protocols,
 )
 from bench.runs.config import RunConfig
+from bench.train.compute import Compute
 from bench.train.evaluations import EVALUATIONS, Evaluation, register_evaluation
 from bench.train.presets import (
     CLASSIFY,
@@ -208,7 +209,7 @@ def test_a_protocol_registered_outside_the_harness_drives_the_trainer(toy, tmp_p
         batch_size=32,
         train_per_class=16,
     )
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer = Trainer(cfg, tmp_path / "run", Compute.resolve())
     metrics = trainer.fit(test=False)  # validation only, as a tuning trial: no test k-means
     history = pd.read_csv(tmp_path / "run" / "history.csv")
     assert metrics["val_score"] == history["val_recall@1"].max() != history["val_map@r"].max()

@@ -441,6 +441,7 @@ def raw_pair_metrics(cfg) -> dict:
 
 def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
     from bench.runs.config import RunConfig
+    from bench.train.compute import Compute
     from bench.train.trainer import Trainer
 
     cfg = RunConfig(
@@ -452,7 +453,7 @@ def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
         freeze_backbone=True,
         loss_params={"learn_weights": False, "sigma": 1.0},
     )
-    trainer = Trainer(cfg, tmp_path / "run")
+    trainer = Trainer(cfg, tmp_path / "run", Compute.resolve())
     before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
     metrics = trainer.fit()
     after = trainer.model.state_dict()
@@ -469,6 +470,7 @@ def test_table_5_ablation_fixed_weights_and_frozen_backbone(tmp_path):
             loss_params={"sigma": 1.0},
         ),
         tmp_path / "learned",
+        Compute.resolve(),
     )
     frozen = {k: v.clone() for k, v in learned.model.backbone.state_dict().items()}
     learned.fit()

@@ -19,6 +19,7 @@ from bench.data.crops import Crops
 from bench.data.datasets import load_run_data
 from bench.models.embedding import build_model
 from bench.runs.config import RunConfig
+from bench.train.compute import Compute
 from bench.train.presets import make_configs
 from bench.train.recipes import batch_norms, check_recipe
 from bench.train.trainer import Trainer
@@ -42,7 +43,7 @@ def trainer(path, loss: str = "contrastive", **settings) -> Trainer:
     """A trainer of the small glyphs set (small_cnn, which has batch norm), 8-d."""
     settings = {"epochs": 3, "batch_size": 32, **settings}
     (cfg,) = make_configs(DATASET, loss, (8,), {}, **settings)
-    return Trainer(cfg, path)
+    return Trainer(cfg, path, Compute.resolve())
 
 
 def copies(module: nn.Module) -> dict[str, torch.Tensor]:

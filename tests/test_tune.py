@@ -138,7 +138,7 @@ def retrained(monkeypatch) -> list[list[tuple]]:
     recorded instead of trained (the first test here trains them)."""
     calls = []
 
-    def submit_runs(configs, results, dispatch):
+    def submit_runs(configs, results, dispatch, force=False, device=None):
         calls.append([(cfg.loss, cfg.seed, cfg.preset) for cfg in configs])
 
     monkeypatch.setattr(importlib.import_module("bench.cli.tune"), "submit_runs", submit_runs)

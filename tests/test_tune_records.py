@@ -10,6 +10,7 @@ import pytest
 from optuna.trial import TrialState
 
 from bench.data.glyphs import GlyphSpec, load_glyphs
+from bench.train.compute import Compute
 from bench.tune.pruning import EPOCHS_TRAINED, epochs_trained, savings
 from bench.tune.study import (
     TuneSetup,
@@ -23,6 +24,7 @@ from bench.tune.study import (
 from tests.conftest import cli
 
 TINY = "glyphs:classes=20,instances=12"
+CPU = Compute.resolve("cpu")  # where the trials train, as `tune --device cpu` resolves it
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -40,7 +42,7 @@ def test_a_trial_left_running_by_a_killed_worker_is_waited_for_and_retried(tmp_p
     suggest(killed, setup.space("contrastive"))
     study._storage.record_heartbeat(killed._trial_id)
     time.sleep(0.2)  # the same command again at once, well inside the grace period
-    study = tune_loss(setup, "contrastive", url, tmp_path)
+    study = tune_loss(setup, "contrastive", url, tmp_path, CPU)
     states = {t.number: t.state for t in study.trials}
     assert TrialState.RUNNING not in states.values(), states
     ended = [t for t in study.trials if t.state == TrialState.COMPLETE]
@@ -68,7 +70,7 @@ def test_a_resumed_study_waits_for_a_killed_trial_instead_of_storing_a_placehold
     killed = study.ask()
     suggest(killed, setup.space("contrastive"))
     study._storage.record_heartbeat(killed._trial_id)
-    study = tune_loss(setup, "contrastive", url, tmp_path)
+    study = tune_loss(setup, "contrastive", url, tmp_path, CPU)
     states = [t.state for t in study.trials]
     assert states == [TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE], states
     assert pruning_line(study, setup).startswith("2 trials (0 pruned by hyperband)")
@@ -93,9 +95,9 @@ def test_a_retried_trial_carries_the_epochs_of_the_one_it_retries_once():
 
 def test_runs_found_finished_are_read_not_counted_as_saved_by_pruning(tmp_path):
     setup = TuneSetup(TINY, 4, trials=2, epochs=2, pruner="none")  # every run finished
-    tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'first.db'}", tmp_path)
+    tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'first.db'}", tmp_path, CPU)
     # The study's database lost, its runs kept: the new study reads them.
-    again = tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'second.db'}", tmp_path)
+    again = tune_loss(setup, "contrastive", f"sqlite:///{tmp_path / 'second.db'}", tmp_path, CPU)
     saved = savings(again.trials, setup.steps)
     assert saved["epochs_trained"] == 0 and saved["epochs_reused"] == 4
     line = pruning_line(again, setup)

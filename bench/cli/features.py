@@ -82,7 +82,7 @@ def features(
             )
         check_outside_data(out, [dataset], "--out")
         check_out_writable(out)  # before the extraction, which the first write would lose
-        import torch
+        from bench.cli.training import run_compute
 
         arrays = extract_features(
             dataset,
@@ -90,7 +90,7 @@ def features(
             pretrained,
             protocol,
             data_root,
-            torch.device(device) if device else None,
+            run_compute(device).device,  # resolved here, once: CUDA where present by default
             seed,
             resize=resize,
             crop=crop,

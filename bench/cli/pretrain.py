@@ -51,7 +51,7 @@ def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, force, device
             f"{existing[0]} exists; give another --out, or --force to replace it "
             f"({' and '.join(map(str, existing))})"
         )
-    from bench.cli.training import checked_device
+    from bench.cli.training import run_compute
     from bench.train.pretrain import PretrainConfig
     from bench.util.atomic import check_writable
 
@@ -66,7 +66,7 @@ def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, force, device
 
     cfg = PretrainConfig(dataset, backbone, epochs, lr, batch_size, seed)
     try:
-        record = run_pretrain(cfg, out, checked_device(device))
+        record = run_pretrain(cfg, out, run_compute(device).device)  # resolved once, here
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(str(err).splitlines()[0]) from None
     accuracy = record["val_accuracy"][-1]

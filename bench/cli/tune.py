@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
-from bench.cli.options import POSITIVE, RESULTS, TUNE_DATASET, seed_option
+from bench.cli.options import DEVICE, POSITIVE, RESULTS, TUNE_DATASET, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG, setting_options, settings_from
 from bench.runs.config import declared
@@ -90,11 +90,12 @@ HELD = declared("held")
 )
 @setting_options(*HELD)
 @RESULTS
+@DEVICE
 @LOG
 @dispatch_options
 def tune(
     losses, dataset, dims, trials, epochs, pruner, epoch_budget, folds, seeds, loss_param,
-    final_epochs, cross_validate, no_retrain, storage, grace, results, log, **jobs,
+    final_epochs, cross_validate, no_retrain, storage, grace, results, device, log, **jobs,
 ):  # fmt: skip
     """Search each loss's learning rate, weight decay and own parameters with the same budget
     on validation classes, its shipped default the first trial, the trials that trail pruned
@@ -154,6 +155,11 @@ def tune(
         setup = replace(setup, data=data_hash(dataset))
     except (ValueError, RuntimeError) as err:  # RuntimeError: weights not at hand
         raise click.ClickException(first_line(err)) from None
+    from bench.cli.training import resumable_stops, run_compute
+
+    # Where this process's trials train, resolved once, here. As jobs, each job resolves
+    # --device where it runs (a login node may have no GPU): this process finds the study done.
+    compute = run_compute(device if dispatch.executor == "none" else None)
     if dispatch.executor != "none":
         for name in names:  # the database and studies exist before the workers start
             try:
@@ -162,17 +168,19 @@ def tune(
                 raise click.ClickException(first_line(err)) from None
         executor = dispatch.submitit_executor(results)
         workers = [
-            executor.submit(tune_worker, setup, names, url, results) for _ in range(dispatch.jobs)
+            executor.submit(tune_worker, setup, names, url, results, device)
+            for _ in range(dispatch.jobs)
         ]
         wait(workers, f"tuning {', '.join(names)}")
-    from bench.cli.training import resumable_stops
-
     retrain = (seeds, final_epochs, cross_validate)
     with resumable_stops():  # the trial under way is queued again (its checkpoints)
-        configs = [c for n in names for c in tuned_loss(setup, n, url, results, *retrain)]
+        configs = [c for n in names for c in tuned_loss(setup, n, url, results, compute, *retrain)]
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
-        submit_runs(configs, results, dispatch)
+        # In this process, on the device its trials took (named: `run_all` takes it as given,
+        # defaulting nothing); as jobs, each job resolves --device where it runs.
+        here = str(compute.device) if dispatch.executor == "none" else device
+        submit_runs(configs, results, dispatch, device=here)
 
 
 def check_tunable(dataset: str) -> None:
@@ -207,13 +215,15 @@ def data_hash(dataset: str) -> str:
     return identity_hash(identity["data_location"], identity["data_fingerprint"])
 
 
-def tuned_loss(setup, name: str, url: str, results: Path, seeds, final_epochs, cross_validate):
-    """The loss's study run to its end (after workers: loaded), summarised; its best settings'
-    runs to retrain."""
+def tuned_loss(
+    setup, name: str, url: str, results: Path, compute, seeds, final_epochs, cross_validate
+):
+    """The loss's study run to its end on `compute` (after workers: loaded), summarised; its
+    best settings' runs to retrain."""
     from bench.tune.study import pruning_line, tune_loss, tuned_configs, write_summary
 
     try:
-        study = tune_loss(setup, name, url, results)
+        study = tune_loss(setup, name, url, results, compute)
         folder = write_summary(study, setup, name, results)
     except (ValueError, RuntimeError) as err:
         raise click.ClickException(first_line(err)) from None
@@ -249,11 +259,16 @@ def check_trials(setup, names: list[str]) -> None:
         check_runs(trial_configs(setup, name, default_params(setup, name)))
 
 
-def tune_worker(setup, names: list[str], storage_url: str, results: Path) -> None:
-    """A job: this worker's share of every loss's trials, on the shared study."""
+def tune_worker(
+    setup, names: list[str], storage_url: str, results: Path, device: str | None
+) -> None:
+    """A job: this worker's share of every loss's trials, on the shared study, where its
+    --device is resolved, once (`run_compute`: this job's machine's CUDA by default)."""
+    from bench.cli.training import run_compute
     from bench.tune.study import tune_loss
     from bench.util.progress import show_progress
 
     show_progress()
+    compute = run_compute(device)
     for name in names:
-        tune_loss(setup, name, storage_url, results)
+        tune_loss(setup, name, storage_url, results, compute)

@@ -13,11 +13,10 @@ from bench.data.datasets import DataSplits
 from bench.data.feature_files import SPLITS
 from bench.models.embed import embed
 from bench.models.embedding import build_model
-from bench.protocols import DEFAULT_PROTOCOL
 from bench.train.loaders import load_data
 from bench.train.presets import make_configs
 from bench.util.names import fitted_name, safe_name
-from bench.util.runtime import default_device, seed_everything
+from bench.util.runtime import seed_everything
 
 FEATURES_DIR = Path("results") / "features"
 
@@ -51,17 +50,18 @@ def _split_features(model: torch.nn.Module, data: DataSplits, device: torch.devi
 
 def extract_features(
     dataset: str,
-    backbone: str = "vgg16",
-    pretrained: str = "imagenet",
-    protocol: str = DEFAULT_PROTOCOL,
-    data_root: str | None = None,
-    device: torch.device | None = None,
-    seed: int = 0,
+    backbone: str,
+    pretrained: str,
+    protocol: str,
+    data_root: str | None,
+    device: torch.device,
+    seed: int,
     **overrides,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(features, labels, split) of every image of a data set under a protocol, through a
-    frozen backbone in evaluation mode; images are loaded as the protocol's preset says
-    (`overrides`, e.g. resize and crop, replace its values)."""
+    frozen backbone in evaluation mode on `device` (as the command resolved it); images are
+    loaded as the protocol's preset says (`overrides`, e.g. resize and crop, replace its
+    values)."""
     (cfg,) = make_configs(
         dataset,
         "features",
@@ -76,7 +76,6 @@ def extract_features(
     )
     data = load_data(cfg)
     seed_everything(seed)  # the random initialisation of pretrained="none"
-    device = device or default_device()
     model = build_model(backbone, 1, pretrained, data.in_channels, image_size=cfg.crop)
     model = model.to(device)
     parts = list(_split_features(model, data, device))

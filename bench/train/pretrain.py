@@ -28,7 +28,7 @@ from bench.models.embedding import EmbeddingNet, build_model
 from bench.runs.weights import provenance_label, provenance_path
 from bench.util.atomic import atomic_torch_save, atomic_write_json
 from bench.util.progress import log
-from bench.util.runtime import default_device, seed_everything
+from bench.util.runtime import seed_everything
 
 BENCHMARK = GlyphSpec()  # the default set, classes 0-199 of seed 0
 # torchvision's model is written whole, with its 1000-way classifier, as `--pretrained PATH`
@@ -155,13 +155,12 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def pretrain(cfg: PretrainConfig, out: Path, device: torch.device | None = None) -> dict:
-    """Train, then write the backbone's weights to `out` and their provenance beside it
-    (`provenance_path`); the provenance."""
+def pretrain(cfg: PretrainConfig, out: Path, device: torch.device) -> dict:
+    """Train on `device` (as the command resolved it), then write the backbone's weights to
+    `out` and their provenance beside it (`provenance_path`); the provenance."""
     spec, note = source_spec(cfg)
     if note:
         log.info(note)
-    device = device or default_device()
     seed_everything(cfg.seed)
     raw, labels = load_glyphs(spec)
     # A float32 copy of the read-only cache: torch warns on a tensor over a read-only array.

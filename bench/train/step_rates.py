@@ -51,7 +51,9 @@ def step_rates(
 def harness_rate(cfg: RunConfig, device: torch.device, run_dir: Path) -> tuple[float, float, float]:
     """Training images per second of the harness's second epoch (the first warms it up), the
     seconds it waited for its first batch, and its rate had it not waited."""
-    trainer = Trainer(cfg, run_dir, Compute.resolve(device))
+    # `speed --device`, checked by the command, as given: nothing is searched here (the harness's
+    # epochs validate nothing), so no search device is chosen for it.
+    trainer = Trainer(cfg, run_dir, Compute(device, search=None))
     trainer.refresh()
     trainer.train_epoch(0)
     trainer.loader = timed = FirstBatchTimer(trainer.loader)

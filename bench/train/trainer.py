@@ -64,14 +64,13 @@ SYNC_EVERY = 50  # steps between reads of the training loss from a GPU
 class Trainer:
     """Trains one configuration into its run folder, resuming from its last checkpoint."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path, compute: Compute | None = None):
+    def __init__(self, cfg: RunConfig, run_dir: Path, compute: Compute):
         self.cfg = cfg
         self.testing = True
         self.run_dir = Path(run_dir)
         self.name = cfg.run_id()  # also when it trains in a staging folder (run --force)
-        # Where it trains and searches, as its command resolved --device; resolved here only
-        # for a caller with no --device (tune).
-        self.compute = Compute.resolve() if compute is None else compute
+        # Where it trains and searches, as its command resolved --device: never resolved here.
+        self.compute = compute
         self.device = self.compute.device
         self.ranks = ranks_from_env(self.device)
         self.ks = recall_ks(cfg.dataset)  # the data set's Recall@K

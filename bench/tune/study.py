@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,12 @@ from optuna.trial import TrialState
 
 from bench.runs import store
 from bench.runs.config import RunConfig
+from bench.train.compute import Compute
 from bench.train.guards import DivergedAtStart
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from bench.train.trainer import Trainer
-from bench.tune.choices import PRUNER_DEFAULT, STUDY_NAME_MAX
+from bench.tune.budget import COMMON_SPACE, TuneSetup
 from bench.tune.pruning import (
     DEFAULT,
     ReportingTrainer,
@@ -57,57 +58,11 @@ from bench.tune.sampler import SobolSampler
 from bench.tune.storage import rdb_storage, storage_errors
 from bench.tune.waiting import places_taken, wait_for_running
 from bench.util.atomic import atomic_write_json
-from bench.util.names import fitted_name, safe_name
 from bench.util.progress import log
-from losses import get_loss_class
 from losses.registry import loss_defaults
 
 # The matplotlib plots are "experimental" in Optuna, stable for our use.
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-
-# Searched for every loss, beside the loss's own `search_space`.
-COMMON_SPACE = {"lr": ("log", 1e-4, 1e-1), "weight_decay": ("log", 1e-6, 1e-2)}
-
-
-@dataclass(frozen=True)
-class TuneSetup:
-    """The budget and setting every loss of a comparison gets alike."""
-
-    dataset: str = "glyphs"
-    dims: int = 64
-    trials: int = 8
-    epochs: int = 10  # each trial's, unless pruned (`tune` gives it the preset's)
-    folds: int = 1
-    seed: int = 0
-    grace_s: int = 60  # a RUNNING trial without a heartbeat for this long is failed, retried
-    pruner: str = PRUNER_DEFAULT  # bench.tune.pruning.PRUNERS
-    epoch_budget: int | None = None  # the epochs a study may train, over all its trials
-    # Loss parameters held fixed (`tune --loss-param`), by loss: not searched, in every run.
-    fixed: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Run settings given to tune (--optimizer, --memory): in every trial and retrained run.
-    settings: dict[str, Any] = field(default_factory=dict)
-    data: str = ""  # a hash of the data's identity where it has one: changed data, a new study
-
-    def study_name(self, loss: str) -> str:
-        budget = f"d{self.dims}-t{self.trials}-e{self.epochs}-f{self.folds}-s{self.seed}"
-        held = {**self.fixed.get(loss, {}), **self.settings}
-        fixed = "".join(f"-{k}-{v}" for k, v in sorted(held.items()))
-        # A pruner, a budget, data of files: named only where set, so earlier names stay.
-        budget += f"-{self.pruner}" if self.pruner != "none" else ""
-        budget += f"-b{self.epoch_budget}" if self.epoch_budget else ""
-        tail = f"{loss}-{budget}{safe_name(fixed)}" + (f"-data-{self.data}" if self.data else "")
-        return fitted_name(safe_name(self.dataset), tail, STUDY_NAME_MAX)
-
-    @property
-    def steps(self) -> int:
-        """A trial's reports to the pruner when none prunes it: one per epoch of each fold."""
-        return self.folds * self.epochs
-
-    def space(self, loss: str) -> dict[str, tuple[str, float, float]]:
-        """What the trials search for `loss`: the common settings and the loss's own
-        parameters, but those held fixed."""
-        space = {**COMMON_SPACE, **get_loss_class(loss).search_space}
-        return {k: v for k, v in space.items() if k not in self.fixed.get(loss, {})}
 
 
 def default_storage(results: Path) -> str:
@@ -206,12 +161,13 @@ def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
 
 
 def trial_score(
-    configs: list[RunConfig], trials_dir: Path, trial: optuna.Trial | None = None
+    configs: list[RunConfig], trials_dir: Path, compute: Compute, trial: optuna.Trial | None = None
 ) -> float:
     """Mean best validation score of the trial's runs (a finished run is read, not redone),
-    each epoch reported to the trial's pruner where a `trial` is given. A run that diverges
-    before its first epoch ends scores 0, the least MAP@R: the settings are the loss's to
-    avoid, and the trial still counts against its budget."""
+    trained on `compute` (as the command resolved it), each epoch reported to the trial's
+    pruner where a `trial` is given. A run that diverges before its first epoch ends scores 0,
+    the least MAP@R: the settings are the loss's to avoid, and the trial still counts against
+    its budget."""
     scores = []
     for fold, cfg in enumerate(configs):
         run_dir = trials_dir / cfg.run_id()
@@ -221,10 +177,10 @@ def trial_score(
                 if trial is not None:
                     count_reused(trial, cfg.epochs)
             elif trial is None:
-                metrics = Trainer(cfg, run_dir).fit(test=False)
+                metrics = Trainer(cfg, run_dir, compute).fit(test=False)
             else:
                 steps = {"offset": fold * cfg.epochs, "steps": len(configs) * cfg.epochs}
-                trainer = ReportingTrainer(cfg, run_dir, trial=trial, **steps)
+                trainer = ReportingTrainer(cfg, run_dir, compute, trial=trial, **steps)
                 metrics = trainer.fit(test=False)
         except DivergedAtStart as err:
             log.warning(f"{err}: the trial scores 0")
@@ -233,7 +189,7 @@ def trial_score(
     return sum(scores) / len(scores)
 
 
-def objective(setup: TuneSetup, loss: str, trials_dir: Path):
+def objective(setup: TuneSetup, loss: str, trials_dir: Path, compute: Compute):
     space = setup.space(loss)
 
     def run_trial(trial: optuna.Trial) -> float:
@@ -243,7 +199,7 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path):
         params = suggest(trial, space)
         if is_duplicate(trial, params):  # two workers drew one point: it counts once
             raise skip(trial, f"the same parameters as another trial: {params}")
-        score = trial_score(trial_configs(setup, loss, params), trials_dir, trial)
+        score = trial_score(trial_configs(setup, loss, params), trials_dir, compute, trial)
         log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
         return score
 
@@ -274,9 +230,12 @@ def earlier(trial: optuna.Trial) -> list[optuna.trial.FrozenTrial]:
     return [t for t in found if t.number < trial.number and counts(t)]
 
 
-def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> optuna.Study:
-    """Run this process's share of the study's trials, until the study has `trials` complete
-    ones (with other processes on the same study, between them)."""
+def tune_loss(
+    setup: TuneSetup, loss: str, storage_url: str, results: Path, compute: Compute
+) -> optuna.Study:
+    """Run this process's share of the study's trials on `compute` (resolved once by the
+    command, or by the job), until the study has `trials` complete ones (with other
+    processes on the same study, between them)."""
     study = open_study(setup, loss, storage_url)
     with storage_errors(storage_url):  # the server lost while the trials run
         while not study_done(study, setup):
@@ -284,7 +243,8 @@ def tune_loss(setup: TuneSetup, loss: str, storage_url: str, results: Path) -> o
             if not places_taken(study, setup.trials):
                 trials_dir = Path(results) / "tune" / "trials"
                 stop = [stop_when_done(setup)]
-                study.optimize(objective(setup, loss, trials_dir), setup.trials, callbacks=stop)
+                run_trial = objective(setup, loss, trials_dir, compute)
+                study.optimize(run_trial, setup.trials, callbacks=stop)
             if not study_done(study, setup):  # its last trials under way, or left by a kill
                 wait_for_running(study, setup.grace_s)
     return study
