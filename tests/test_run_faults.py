@@ -7,12 +7,15 @@ import os
 import stat
 import subprocess
 from contextlib import contextmanager
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import bench.train.trainer as trainer
 import bench.util.atomic as atomic
+from bench.runs.config import RunConfig
+from bench.train.guards import DivergedAtStart
 from losses.softmax import SoftmaxLoss
 from tests.conftest import FAST, cli
 
@@ -104,6 +107,18 @@ def test_divergence_in_the_first_epoch_is_an_error_with_nothing_finished(tmp_pat
     line = error_line(invoke(tmp_path))
     assert "epoch 1, step 2" in line and "before any epoch finished" in line and "--lr" in line
     assert not (the_run(tmp_path) / "metrics.json").exists()
+
+
+def test_divergence_at_the_start_names_the_loss_parameters_given():
+    # Before: the trainer's line named --lr alone (issue 69, item 19); a miner scales nothing.
+    cfg = RunConfig(loss="arcface", lr=0.01, loss_params={"scale": 1e30, "miner": "semihard"})
+    run = SimpleNamespace(cfg=cfg, name="a-run")
+    with pytest.raises(DivergedAtStart) as err:
+        trainer.Trainer.stop_diverged(run, {"best": {"model": None}}, "epoch 1, step 2")
+    assert str(err.value) == (
+        "a-run: training diverged at epoch 1, step 2 before any epoch finished; a learning rate "
+        "below 0.01 (--lr), or other values of the loss parameters given (scale=1e+30), may train"
+    )
 
 
 def test_a_truncated_checkpoint_is_one_line_offering_force(tmp_path):

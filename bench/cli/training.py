@@ -141,12 +141,10 @@ def diverged_line(results: Path, diverged: list[str]) -> str:
     """The runs that diverged, and what may train them: a lower --lr, or other values of the
     loss parameters they were given (read from their config.json), which a learning rate
     cannot make finite."""
-    from bench.train.guards import params_text
+    from bench.train.guards import scaling_params_text
 
-    params = [given_loss_params(results / run) for run in diverged]
-    # a miner chooses pairs and scales nothing: not what makes a loss non-finite
-    given = sorted({params_text({k: v for k, v in p.items() if k != "miner"}) for p in params})
-    given = [text for text in given if text]
+    texts = {scaling_params_text(given_loss_params(results / run)) for run in diverged}
+    given = sorted(text for text in texts if text)
     also = f", or other values of the loss parameters given ({'; '.join(given)})," if given else ""
     return (
         f"{len(diverged)} run(s) diverged and were tested at their best epoch before it "

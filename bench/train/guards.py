@@ -155,13 +155,19 @@ def params_text(params: dict) -> str:
     return ", ".join(f"{name}={value}" for name, value in sorted(params.items()))
 
 
+def scaling_params_text(params: dict) -> str:
+    """The loss parameters given that may make a loss non-finite, as `params_text` writes
+    them: a miner chooses pairs and scales nothing."""
+    return params_text({name: value for name, value in params.items() if name != "miner"})
+
+
 def diverged_hint(lr: float, params: dict) -> str:
     """What may train a run that went non-finite: a lower learning rate, and where loss
     parameters were given, other values of them, which can make the loss itself non-finite
     (an ArcFace scale of 1e30) where no learning rate would train it."""
     hint = f"a learning rate below {lr:g} (--lr)"
-    if params:
-        hint += f", or other values of the loss parameters given ({params_text(params)}),"
+    if given := scaling_params_text(params):
+        hint += f", or other values of the loss parameters given ({given}),"
     return f"{hint} may train"
 
 

@@ -33,6 +33,7 @@ from bench.train.guards import (
     Diverged,
     DivergedAtStart,
     StepLosses,
+    diverged_hint,
     epoch_seed,
     epoch_summary,
     widen_steps,
@@ -279,7 +280,7 @@ class Trainer:
     def stop_diverged(self, progress: dict, where: Diverged) -> dict:
         """Training went non-finite: finish with the best epoch so far, recording where it
         diverged; with no finished epoch there is nothing to keep, and an error says so."""
-        hint = f"a learning rate below {self.cfg.lr:g} (--lr) may train"
+        hint = diverged_hint(self.cfg.lr, self.cfg.loss_params)
         if progress["best"]["model"] is None:
             raise DivergedAtStart(
                 f"{self.name}: training diverged at {where} before any epoch finished; {hint}"
