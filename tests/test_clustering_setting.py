@@ -14,6 +14,7 @@ from bench.evaluation.metrics import CLUSTERING
 from bench.protocols import get_protocol
 from bench.runs.config import RunConfig
 from bench.train.evaluations import retrieval_scores
+from tests.test_options import plan, planned  # noqa: F401 (a fixture)
 
 RETRIEVAL = ["recall@1", "recall@2", "recall@4", "recall@8", "map@r"]
 
@@ -51,9 +52,15 @@ def test_each_kind_computes_its_nmi_and_the_same_retrieval(embedded, protocol):
             np.testing.assert_array_equal(found[kind][1][key], values)
 
 
-def test_the_option_offers_the_kinds_the_evaluator_knows():
+def test_each_kind_of_the_option_or_evaluator_runs_in_both(planned, embedded):  # noqa: F811
+    # The option's choices are written out apart from CLUSTERING (bench.cli.settings: that
+    # module imports faiss): each of either, given on the command line, is the run's and
+    # computes its test's scores.
     (option,) = [p for p in run.params if p.name == "clustering"]
-    assert option.type.choices == tuple(CLUSTERING) and option.default == "full"
+    for kind in sorted({*option.type.choices, *CLUSTERING}):
+        (cfg,) = plan(planned, "run", "--dataset", "digits", "--dims", "8", "--clustering", kind)
+        metrics, _ = retrieval_scores(get_protocol("metric"), *embedded, None, 3, cfg.clustering)
+        assert cfg.clustering == kind and "map@r" in metrics
 
 
 def test_the_default_keeps_every_earlier_run_id():

@@ -7,6 +7,7 @@ from bench.runs.config import RunConfig
 from bench.train.choices import PRESET_NAMES
 from bench.train.presets import PRESETS, make_configs, sigma_for_dims
 from bench.util.names import safe_name
+from tests.test_options import plan, planned  # noqa: F401 (a fixture)
 
 
 def test_metric_preset_is_seed_000_section_3_1():
@@ -73,9 +74,12 @@ def test_folder_datasets_get_file_safe_names():
     assert RunConfig(dataset="folder:/x/y").run_id().startswith("folder-x-y-nngk-d64-s0-")
 
 
-def test_the_options_offer_every_preset_by_its_name():
-    # The command line reads the names without importing the presets (and torch behind them).
-    assert PRESET_NAMES == tuple(PRESETS)
+def test_each_preset_of_run_or_the_presets_is_the_runs(planned):  # noqa: F811
+    # run's choices (PRESET_NAMES) are written out apart from PRESETS: the command line reads
+    # them without importing the presets (and torch behind them).
+    for name in sorted({*PRESET_NAMES, *PRESETS}):
+        (cfg,) = plan(planned, "run", "--dataset", "cub", "--loss", "contrastive", "--preset", name)
+        assert cfg.preset == name
 
 
 # Run ids computed before the command line was built from RunConfig's fields (issue 23): a

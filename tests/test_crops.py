@@ -8,7 +8,15 @@ import torch
 from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
-from bench.data.crops import IMAGENET_MEAN, IMAGENET_STD, Crops, RaggedBatch, pad_batch
+from bench.cli.run import run
+from bench.data.crops import (
+    CROP_MODES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Crops,
+    RaggedBatch,
+    pad_batch,
+)
 
 NORMALISE = [v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
@@ -36,6 +44,14 @@ def test_pad_batch_puts_images_at_the_top_left_of_a_zero_canvas_portrait_ones_tr
     assert batch.pixels[1, :, 4:].sum() == 0 and batch.pixels[1, :, :, 6:].sum() == 0
     assert len(batch) == 2 and isinstance(batch.to("cpu"), RaggedBatch)
     assert pad_batch([]).pixels.shape == (0, 3, 0, 0)
+
+
+def test_each_crop_mode_of_run_or_of_the_crops_is_taken_by_both():
+    # run's choices are written out apart from CROP_MODES (bench.cli.settings loads no torch).
+    (option,) = [p for p in run.params if p.name == "crop_mode"]
+    for mode in sorted({*option.type.choices, *CROP_MODES}):
+        given = option.type.convert(mode, option, None)
+        assert Crops(12, 16, given)(pad_batch([image(20, 33)])).shape == (1, 3, 12, 12)
 
 
 @pytest.mark.parametrize("mode", ["squash", "aspect"])

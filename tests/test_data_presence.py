@@ -1,14 +1,21 @@
 """The check that a run's data is there, made before torch is imported (bench/data/presence.py),
-knows what the data sets' module knows."""
+and the data sets' module reach each official data set's reader by its name: each passes on
+the miniature of its own layout (tests/fixtures/NAME.py), which both read as the same table."""
 
 import importlib
 
-from bench.data import datasets, presence
+import pytest
+
+from bench.data import datasets
+from bench.data.names import READER_NAMES
+from bench.data.presence import check_data_present
+from bench.data.sources.base import COLUMNS
 
 
-def test_the_readers_are_the_data_sets_modules():
-    found = {}
-    for name, target in presence.READER_FUNCTIONS.items():
-        module, function = target.split(":")
-        found[name] = getattr(importlib.import_module(module), function)
-    assert found == datasets.READERS
+@pytest.mark.parametrize("name", READER_NAMES)
+def test_each_official_data_set_is_found_and_read_by_its_name(tmp_path, name):
+    make = getattr(importlib.import_module(f"tests.fixtures.{name}"), f"make_{name}")
+    root = make(tmp_path)
+    check_data_present(name, root)  # its layout is there: nothing to refuse
+    table, read_from = datasets.read_table(name, root)
+    assert read_from == root and len(table) and list(table.columns[: len(COLUMNS)]) == [*COLUMNS]

@@ -11,40 +11,17 @@ from bench.cli import main
 from bench.report.runs import load_runs
 from bench.report.setup import setup_line
 from bench.runs.config import RunConfig, declared
+from tests.setting_values import other
 from tests.test_report_tables import make_run
 
 DEFAULTS = RunConfig()
-# A value other than the default for each setting declared if_set, held or recipe.
-OTHER = {
-    "backbone": "resnet18",
-    "pretrained": "imagenet",
-    "pooling": "max",
-    "warmup_epochs": 1,
-    "batch_size": 32,
-    "m_per_class": 4,
-    "memory": 128,
-    "optimizer": "adam",
-    "embedding_lr": 2.0,
-    "schedule": "cosine",
-    "val_split": "classes",
-    "clustering": "pml",
-    "freeze_bn": True,
-    "precision": "bf16",
-    "resize": 64,
-    "crop": 56,
-    "crop_mode": "aspect",
-    "crop_scale": "0.16,1",
-    "data_location": "/data/x",
-    "data_fingerprint": "abc123",
-    "tuned": "study",
-}
 
 
 def test_a_setting_hashed_only_where_set_keeps_every_earlier_run_id():
     # digits' default run id on main before any if_set setting existed (commit 6bc9b62)
     assert DEFAULTS.run_id() == "digits-nngk-d64-s0-104c3c42"
     for name in declared("if_set"):
-        assert replace(DEFAULTS, **{name: OTHER[name]}).run_id() != DEFAULTS.run_id(), name
+        assert replace(DEFAULTS, **{name: other(name)}).run_id() != DEFAULTS.run_id(), name
 
 
 def test_tune_holds_each_held_setting_as_an_option():
@@ -58,7 +35,7 @@ def test_tune_holds_each_held_setting_as_an_option():
 def test_a_recipe_some_run_set_is_stated_in_the_setup_line(tmp_path, name):
     r = tmp_path / "r"
     make_run(r, "plain", loss="contrastive", dataset="cub")
-    set_one = make_run(r, "set", loss="nngk", dataset="cub", **{name: OTHER[name]})
+    set_one = make_run(r, "set", loss="nngk", dataset="cub", **{name: other(name)})
     df = load_runs(r)[0]
     assert set_one.name in set(df["run"])
     line = setup_line(df[df["dataset"] == "cub"])
@@ -83,7 +60,6 @@ def test_each_declared_label_reads_in_a_row_that_differs_in_it(tmp_path):
     assert names["other"] == "contrastive, lr=0.001, 20 epochs"
 
 
-def test_every_field_is_a_setting_declared_whole():
+def test_every_field_has_its_help():
     for f in fields(RunConfig):
         assert f.metadata["help"], f.name
-        assert {"option", "applies", "if_set", "held", "recipe", "label"} <= set(f.metadata)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cli.loss_sets import PAPER, REALITY_CHECK, registered_loss_names
-from bench.data.names import READER_NAMES
+from bench.cli.loss_sets import PAPER, REALITY_CHECK
 from bench.report.write import write_report
 from losses import loss_names
 from tests.conftest import cli
@@ -23,16 +22,6 @@ SMALL = ["--backbone", "small_cnn", "--pretrained", "none", "--resize", "20", "-
 
 def losses_of(configs) -> list[tuple[str, str | None, int]]:
     return [(c.loss, c.loss_params.get("miner"), c.seed) for c in configs]
-
-
-def test_the_names_read_from_the_source_are_the_registrys():
-    assert registered_loss_names() == tuple(loss_names())
-
-
-def test_the_readers_names_are_the_data_sets_read_from_a_layout():
-    from bench.data.datasets import READERS
-
-    assert sorted(READER_NAMES) == sorted(READERS)
 
 
 def test_a_list_plans_each_loss_at_each_seed_at_its_presets_settings(planned):  # noqa: F811

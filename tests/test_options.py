@@ -6,9 +6,8 @@ nothing trained: `run_all` records the runs a command would train."""
 import json
 import os
 import re
-from dataclasses import fields, replace
+from dataclasses import replace
 
-import click
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -16,13 +15,15 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.cli.params import name_values, parsed
 from bench.cli.run import run
-from bench.cli.settings import CheckedText, ValSplitChoice, run_settings
+from bench.cli.settings import run_settings
 from bench.cli.suite import suite
 from bench.cli.tune import tune
-from bench.runs.config import RunConfig
+from bench.models.choices import SPECS
+from bench.runs.config import DATA_IDENTITY, RunConfig
 from bench.train.loaders import with_data_identity
 from bench.train.presets import make_configs
 from tests.fixtures.folder import make_folder
+from tests.setting_values import option_args, other
 
 
 @pytest.fixture
@@ -105,31 +106,41 @@ def test_the_run_ids_of_the_suite_never_change(planned):
     assert sorted(c.run_id() for c in configs) == SUITE_DIGITS
 
 
-def test_every_run_setting_is_an_option_of_run_with_its_fields_help_and_type():
-    options = {p.name: p for p in run.params}
-    hidden = {f.name for f in fields(RunConfig)} - set(run_settings())
-    assert hidden == {
-        "dataset", "loss", "loss_params", "dims", "seed", "data_location", "data_fingerprint",
-        "tuned",
-    }  # fmt: skip
+def test_every_run_setting_given_on_the_command_line_reaches_the_run(planned):
+    # Each at a value the run takes only where given (neither the field's default nor CUB's
+    # preset's), read as the field's type; all of them at once, but the protocol (classify
+    # validates on images) and the preset (which sets nothing where every setting is given).
+    base = ["run", "--dataset", "cub", "--loss", "contrastive", "--dims", "8"]
+    (plain,) = plan(planned, *base)
+    alone = ("protocol", "preset")
+    given = [name for name in run_settings() if name not in alone]
+    (cfg,) = plan(planned, *base, *(a for name in given for a in option_args(name, other(name))))
+    found = {name: getattr(cfg, name) for name in given}
+    for name in alone:
+        (one,) = plan(planned, *base, *option_args(name, other(name)))
+        found[name] = getattr(one, name)
+    for name in run_settings():
+        assert getattr(plain, name) != other(name), name  # the run's only where given
+        assert found[name] == other(name) and type(found[name]) is type(other(name)), name
+
+
+def test_run_help_gives_each_settings_help_and_names_every_backbone():
+    out = CliRunner().invoke(main, ["run", "--help"])
+    lines = [line.split() for line in out.output.splitlines()]
+    options = {words[0] for words in lines if words and words[0].startswith("--")}
+    text = "".join(out.output.split())  # as wrapped at any width, words broken at hyphens too
     for name, setting in run_settings().items():
-        option = options[name]
-        assert option.opts == ["--" + name.replace("_", "-")]
-        assert option.help.startswith(setting.metadata["help"])
-        kind = {int: click.INT, float: click.FLOAT, str: click.STRING}
-        if isinstance(setting.default, bool):
-            assert option.is_flag
-        elif not isinstance(option.type, (click.Choice, click.IntRange, click.FloatRange)):
-            if name == "val_split":  # text checked as images, classes or classes:F/K
-                assert isinstance(option.type, ValSplitChoice)
-                continue
-            if name in ("schedule", "crop_scale"):  # text checked in a form of its own
-                assert isinstance(option.type, CheckedText)
-                continue
-            assert option.type == kind[type(setting.default)], name
-    assert not {"data_location", "tuned", "loss_params"} & set(options)
-    assert options["crop_mode"].type.choices == ("squash", "aspect")
-    assert "One of small_cnn, small_cnn_gn" in options["backbone"].help
+        assert f"--{name.replace('_', '-')}" in options, name
+        assert "".join(setting.metadata["help"].split()) in text, name
+    backbones = text.split("--backboneTEXT", 1)[1].split("--pretrained")[0]
+    assert all(f"{name}," in backbones for name in SPECS)
+
+
+@pytest.mark.parametrize("name", [*DATA_IDENTITY, "tuned"])
+def test_what_the_data_or_a_study_sets_is_no_option(planned, name):
+    # Read from the data, or from the study that tuned the run: never given by hand.
+    out = invoke("run", "--dataset", "digits", "--" + name.replace("_", "-"), "x")
+    assert out.exit_code == 2 and "No such option" in out.output, out.output
 
 
 def test_an_option_not_given_leaves_the_setting_to_the_preset(planned):

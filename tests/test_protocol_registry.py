@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
-from bench.data.splits import PROTOCOLS as RUN_CHOICES
+from bench.cli import main
 from bench.data.splits import check_val_split, make_splits
 from bench.evaluation.retrieval import MPREC_KS
 from bench.protocols import (
@@ -20,7 +21,6 @@ from bench.protocols import (
     protocol_columns,
     register_protocol,
     shown_protocol,
-    trained_protocols,
 )
 from bench.runs.config import RunConfig
 from bench.train.compute import Compute
@@ -80,18 +80,11 @@ def test_no_module_outside_the_registry_compares_a_protocol_name():
     assert found == []
 
 
-def test_the_run_choices_are_the_protocols_that_train_in_their_order():
-    assert (
-        RUN_CHOICES
-        == trained_protocols()
-        == (
-            "metric",
-            "classify",
-            "pairs",
-            "query-gallery",
-            "cross-style",
-        )
-    )
+def test_run_takes_each_protocol_that_trains_and_refuses_the_others():
+    for name, protocol in PROTOCOLS.items():
+        out = CliRunner().invoke(main, ["run", "--protocol", name, "--dataset", "nowhere"])
+        taken = "Invalid value for '--protocol'" not in out.output
+        assert taken == protocol.trains and out.exit_code != 0, (name, out.output)
     with pytest.raises(ValueError, match="unknown protocol 'linear'; expected one of: metric, "):
         make_splits("linear", pd.DataFrame({"label": [0, 1], "split": ""}), 0.0)
 

@@ -8,9 +8,11 @@ from dataclasses import fields
 
 import pytest
 
-from bench.report.runs import KEYED, SETTINGS, load_runs
+from bench.report.runs import KEYED, load_runs
 from bench.report.write import write_report
 from bench.runs.config import NOT_HASHED, RunConfig
+from bench.train.presets import make_configs
+from tests.setting_values import other
 from tests.test_report_tables import make_run, md_rows
 
 # Each a run of contrastive on digits beside the plain one: --momentum 0.5, --optimizer adam,
@@ -27,9 +29,20 @@ VARIANTS = {
 }
 
 
-def test_every_setting_that_changes_a_run_tells_rows_apart():
-    hashed = {f.name for f in fields(RunConfig)} - set(NOT_HASHED) - set(KEYED)
-    assert set(SETTINGS) == hashed
+def test_every_setting_that_changes_a_run_tells_rows_apart(tmp_path):
+    # A CUB run, whose images are resized and cropped, and a run beside it for each setting
+    # hashed into the run's id (but those that name its table or seed), differing in it alone.
+    r = tmp_path / "r"
+    (plain,) = make_configs("cub", "contrastive", (16,), {})
+    make_run(r, "plain", config=plain.to_dict(), loss="contrastive", dataset="cub")
+    hashed = [f.name for f in fields(RunConfig) if f.name not in (*NOT_HASHED, *KEYED)]
+    for name in hashed:
+        config = {**plain.to_dict(), name: other(name)}
+        make_run(r, name, config=config, loss="contrastive", dataset="cub", **{name: other(name)})
+    df, problems = load_runs(r)
+    names = df.set_index("run")["name"]
+    assert problems == [] and set(names.index) == {"plain", *hashed}
+    assert [name for name in hashed if names[name] == names["plain"]] == []
 
 
 def contrastive(results, name, recall, **config):

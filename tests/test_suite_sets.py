@@ -19,9 +19,12 @@ def planned_losses(planned, *args) -> list[tuple[str, str | None]]:  # noqa: F81
 
 
 def test_the_paper_set_is_the_default(planned):  # noqa: F811
-    default = [c.run_id() for c in plan(planned, *DIGITS)]
-    assert [c.run_id() for c in plan(planned, *DIGITS, "--losses", "paper")] == default
-    assert len(default) == len(SUITE) == 9
+    default = plan(planned, *DIGITS)
+    paper = plan(planned, *DIGITS, "--losses", "paper")
+    assert [c.run_id() for c in paper] == [c.run_id() for c in default]
+    assert [(c.loss, c.loss_params.get("miner")) for c in default] == [
+        (loss, params.get("miner")) for loss, params in SUITE
+    ]
 
 
 def test_the_reality_check_set_is_the_fourteen_losses_of_musgrave_et_al(planned):  # noqa: F811

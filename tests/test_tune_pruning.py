@@ -11,14 +11,10 @@ from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from bench.tune.choices import PRUNER_NAMES
-from bench.tune.pruning import EPOCHS_TRAINED, PRUNERS, SKIPPED, savings
+from bench.tune.pruning import EPOCHS_TRAINED, SKIPPED, savings
 from bench.tune.sampler import SobolSampler, from_unit, sobol_point
 from bench.tune.study import TuneSetup, default_params, default_storage, open_study
 from tests.conftest import cli
-
-
-def test_every_pruner_name_has_a_pruner():
-    assert set(PRUNERS) == set(PRUNER_NAMES)
 
 
 def test_sobol_points_by_trial_number_share_lr_and_weight_decay_across_losses():

@@ -2,22 +2,41 @@
 defaults in a baseline's identity, in no row's label; a preset that sets nothing for a data set
 names no table; a loss parameter left out is a value that splits rows."""
 
+from dataclasses import fields
+
 import pytest
 
 from bench.report.runs import load_runs
-from bench.runs.config import unused_settings
+from bench.runs.config import RunConfig
 from bench.train.baseline import baseline_config
 from bench.train.presets import make_configs
+from tests.setting_values import other
 from tests.test_report_tables import make_run
 
 VIT = "timm:vit_tiny_patch16_224"
-IMAGE = ("resize", "crop", "pad", "crop_mode", "crop_scale")
 
 
-def test_what_each_kind_of_run_leaves_unused():
-    assert unused_settings(images=True, sized_by_crop=False) == ()
-    assert set(unused_settings(images=False, sized_by_crop=False)) == set(IMAGE)
-    assert set(unused_settings(images=False, sized_by_crop=True)) == set(IMAGE) - {"crop"}
+# What each setting of the image pipeline applies to, as RunConfig declares it.
+APPLIES = {f.name: f.metadata["applies"] for f in fields(RunConfig) if f.metadata["applies"]}
+
+
+@pytest.mark.parametrize("name", sorted(APPLIES))
+def test_a_setting_is_taken_by_the_runs_it_applies_to_and_refused_by_the_others(name):
+    # CUB's images are resized and cropped (the settings given together, as they fit);
+    # glyphs' are used as they are, but at the crop of a backbone built for its crop's size
+    # (a timm model).
+    (cub,) = make_configs("cub", "contrastive", (16,), {}, **{n: other(n) for n in APPLIES})
+    assert getattr(cub, name) == other(name)
+    given = {name: other(name)}
+    refused = f"--{name.replace('_', '-')}: glyphs's inputs are used as they are"
+    with pytest.raises(ValueError, match=f"^{refused}"):
+        make_configs("glyphs", "contrastive", (16,), {}, backbone="small_cnn", **given)
+    if APPLIES[name] == "crop":
+        (vit,) = make_configs("glyphs", "contrastive", (16,), {}, backbone=VIT, **given)
+        assert getattr(vit, name) == other(name)
+    else:
+        with pytest.raises(ValueError, match=f"^{refused}"):
+            make_configs("glyphs", "contrastive", (16,), {}, backbone=VIT, **given)
 
 
 @pytest.mark.parametrize(
