@@ -11,7 +11,7 @@ FOLDER_PREFIX = "folder:"
 PRETRAIN_SOURCE = "glyphs:first=1000,classes=1000"
 GLYPHS_NAME = "glyphs"
 EMOJI_NAME = "emoji"
-# The data sets read from their official layouts (datasets.py READERS, tested equal).
+# The data sets read from their official layouts (datasets.py READERS is derived from it).
 READER_NAMES = (
     "cars196",
     "cub",

@@ -14,8 +14,8 @@ from typing import Any
 
 from bench.data.names import FEATURES_PREFIX, FOLDER_PREFIX, READER_NAMES, is_emoji
 
-# name -> module:function of its reader: bench.data.datasets.READERS without importing that
-# module (it imports torch); tested equal.
+# name -> module:function of its reader, imported only when read (`reader`), so that the
+# presence check imports no torch; bench.data.datasets.READERS is made from it.
 READER_FUNCTIONS = {name: f"bench.data.sources.{name}:read_{name}" for name in READER_NAMES}
 
 
