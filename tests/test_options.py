@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from bench.cli import main
 from bench.cli.params import name_values, parsed
 from bench.cli.run import run
-from bench.cli.settings import CheckedText, ValSplitChoice, run_settings
+from bench.cli.settings import CheckedText, run_settings
 from bench.cli.suite import suite
 from bench.cli.tune import tune
 from bench.runs.config import RunConfig
@@ -120,10 +120,7 @@ def test_every_run_setting_is_an_option_of_run_with_its_fields_help_and_type():
         if isinstance(setting.default, bool):
             assert option.is_flag
         elif not isinstance(option.type, (click.Choice, click.IntRange, click.FloatRange)):
-            if name == "val_split":  # text checked as images, classes or classes:F/K
-                assert isinstance(option.type, ValSplitChoice)
-                continue
-            if name in ("schedule", "crop_scale"):  # text checked in a form of its own
+            if name in ("schedule", "crop_scale", "val_split"):  # text in a form of its own
                 assert isinstance(option.type, CheckedText)
                 continue
             assert option.type == kind[type(setting.default)], name
