@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
+from bench.cli.options import NON_NEGATIVE, RESULTS
 
 
 @click.command()
@@ -17,12 +17,7 @@ from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
     required=True,
     help="CSV of expected metrics (table, method, dims, metric, value).",
 )
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=DEFAULT_RESULTS,
-    show_default=True,
-)
+@RESULTS
 @click.option(
     "--tolerance",
     type=NON_NEGATIVE,

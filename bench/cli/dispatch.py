@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 
 from bench.cli.interrupt import Interrupted, output_to, stop, stop_signals
+from bench.cli.options import stacked
 from bench.util.environ import environment
 from bench.util.progress import log
 
@@ -114,10 +115,7 @@ DISPATCH_OPTIONS = (
 )  # fmt: skip
 
 
-def dispatch_options(command: Callable) -> Callable:
-    for option in reversed(DISPATCH_OPTIONS):
-        command = option(command)
-    return command
+dispatch_options = stacked(*DISPATCH_OPTIONS)
 
 
 def dispatch_from(options: dict) -> Dispatch:

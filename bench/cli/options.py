@@ -33,7 +33,6 @@ class FiniteFloat(click.FloatRange):
 
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
-FINITE = FiniteFloat()
 NON_NEGATIVE = FiniteFloat(min=0)
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 
@@ -67,6 +66,17 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
             f"bad {what} {text!r}; expected comma-separated {kind} integers{below}, e.g. {example}"
         )
     return values
+
+
+def stacked(*options: Callable) -> Callable:
+    """A decorator adding `options` (click's option decorators) in their order."""
+
+    def add(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return add
 
 
 def int_list(what: str) -> Callable:

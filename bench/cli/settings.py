@@ -12,7 +12,7 @@ from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hint
 import click
 from click.core import ParameterSource
 
-from bench.cli.options import FiniteFloat
+from bench.cli.options import FiniteFloat, stacked
 from bench.data.crop_area import parse_crop_scale
 from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
@@ -121,13 +121,7 @@ def declared_type(name: str) -> Any:
 
 def setting_options(*names: str) -> Callable:
     """A decorator adding the options of the run settings `names` (none named: all)."""
-
-    def add(command: Callable) -> Callable:
-        for name in reversed(names or tuple(run_settings())):
-            command = setting_option(name)(command)
-        return command
-
-    return add
+    return stacked(*(setting_option(name) for name in names or run_settings()))
 
 
 def settings_from(
