@@ -72,3 +72,19 @@ def test_every_bounded_setting_refuses_a_value_beyond_its_bound_and_takes_the_bo
         step = 1 if isinstance(getattr(RunConfig(), name), int) else 0.5
         assert isinstance(given(option, str(least - step)), str), name  # an error
         assert given(option, str(least)) == least or bounds.min_open, name
+
+
+def test_click_errors_makes_the_kinds_named_one_line_and_lets_others_through():
+    from bench.cli.options import click_errors
+    from bench.util.errors import first_line
+
+    with pytest.raises(click.ClickException, match="^bad value$"):
+        with click_errors():
+            raise ValueError("bad value")
+    with pytest.raises(click.ClickException) as caught:
+        with click_errors(ValueError, RuntimeError, line=first_line):
+            raise RuntimeError("CUDA out of memory\nTraceback ...")
+    assert caught.value.message == "CUDA out of memory"
+    with pytest.raises(KeyError):
+        with click_errors():
+            raise KeyError("not a check's")

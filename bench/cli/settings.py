@@ -12,7 +12,7 @@ from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hint
 import click
 from click.core import ParameterSource
 
-from bench.cli.options import FiniteFloat, stacked
+from bench.cli.options import FiniteFloat, click_errors, stacked
 from bench.data.crop_area import parse_crop_scale
 from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
@@ -55,11 +55,9 @@ def checked_by(check: Callable[[str], None]) -> Callable:
     line: --backbone a known one, --log's package present before anything is written."""
 
     def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-        try:
+        with click_errors():
             if value is not None:
                 check(value)
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
         return value
 
     return callback
@@ -159,10 +157,8 @@ def backbone_input(settings: dict[str, Any], dataset: str = "") -> dict[str, Any
         return settings
     from bench.models.timm_backbones import input_settings
 
-    try:
+    with click_errors():
         sizes = input_settings(backbone, settings.get("resize"), settings["crop"])
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     if dataset and not resizes_images(dataset):
         sizes["resize"] = settings.get("resize")
     return {**settings, **sizes}

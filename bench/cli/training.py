@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bench.cli import first_process
+from bench.cli.options import click_errors
 from bench.runs import store
 from bench.runs.weights import changed_weights
 from bench.util.errors import first_line
@@ -128,11 +129,9 @@ def run_all(configs: list, results: Path, force: bool, device: torch.device | No
     (exit 130 or 143)."""
     from bench.train.compute import Compute
 
-    try:
+    with click_errors(ValueError, RuntimeError, line=first_line):
         with resumable_stops():
             diverged = train_all(configs, results, force, Compute.resolve(device))
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(first_line(err)) from None
     if diverged:
         raise click.ClickException(diverged_line(results, diverged))
 
