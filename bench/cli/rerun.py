@@ -11,16 +11,14 @@ from pathlib import Path
 
 import click
 
+from bench.cli.dispatch import DISPATCH_NAMES
 from bench.cli.settings import given
 from bench.protocols import PROTOCOLS
 from bench.runs import store
 from bench.runs.config import DATA_IDENTITY, RunConfig
 
 # The parameters of `run` taken beside --config.
-WITH_CONFIG = (
-    "config", "results", "force", "device", "nproc", "workers", "log",
-    "executor", "jobs", "partition", "time_min", "gpus", "cpus",
-)  # fmt: skip
+WITH_CONFIG = ("config", "results", "force", "device", "nproc", "workers", "log", *DISPATCH_NAMES)
 
 
 def check_nothing_else(ctx: click.Context) -> None:
