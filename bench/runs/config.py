@@ -1,9 +1,9 @@
 """A run's configuration as a plain dataclass; its hash names the run folder.
 
 Each field carries its help text (`metadata["help"]`): `nngk-bench run` offers every field as
-an option of the same name (`batch_size` -> `--batch-size`, of the field's type), except those
-marked `option=False`, which the commands set otherwise (`--dataset`, `--dims`, `--seed`,
-`--loss-param`, or from the data)."""
+an option of the same name (`batch_size` -> `--batch-size`, of the field's type, within the
+`Bounds` or `OneOf` its type declares), except those marked `option=False`, which the commands
+set otherwise (`--dataset`, `--dims`, `--seed`, `--loss-param`, or from the data)."""
 
 from __future__ import annotations
 
