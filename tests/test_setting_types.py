@@ -1,4 +1,4 @@
-"""A run setting's values declared once, in its field's type (bench/runs/config.py: `Bounds`,
+"""A run setting's values declared once, in its field's type (bench/runs/values.py: `Bounds`,
 `OneOf`): `run` takes and refuses what the field declares, in the same one-line words as before
 the declarations moved there (issue 67), and a choice list the command line cannot import
 (its module imports torch or faiss) is the one its module reads."""
@@ -9,7 +9,8 @@ import click
 import pytest
 
 from bench.cli.run import run
-from bench.runs.config import Bounds, OneOf, RunConfig
+from bench.runs.config import RunConfig
+from bench.runs.values import Bounds, OneOf
 
 
 def declared(name: str):

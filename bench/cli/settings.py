@@ -17,7 +17,8 @@ from bench.data.crop_area import parse_crop_scale
 from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone, is_timm
-from bench.runs.config import OneOf, RunConfig, canonical_preset
+from bench.runs.config import RunConfig, canonical_preset
+from bench.runs.values import OneOf
 from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES, parse_schedule
 from bench.train.tracking import LOG_KINDS, require
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Annotated, Any
 
 from bench.protocols import shown_protocol
+from bench.runs.values import Bounds, NonNegativeFloat, NonNegativeInt, OneOf, PositiveInt
 from bench.util.names import NAME_MAX, fitted_name, safe_name
 
 BASELINE_LOSS = "untrained"  # the loss name of the data set's baseline rows
@@ -86,31 +87,6 @@ def setting(
     return field(default=default, metadata=metadata)
 
 
-@dataclass(frozen=True)
-class Bounds:
-    """The numbers a setting may take, from `min` to `max` (a bound itself left out where
-    `*_open`; a float finite), declared in its field's type (`Annotated[int, Bounds(min=1)]`):
-    `run` refuses any other in one line before anything loads (bench.cli.settings)."""
-
-    min: float | None = None
-    max: float | None = None
-    min_open: bool = False
-    max_open: bool = False
-
-
-@dataclass(frozen=True)
-class OneOf:
-    """The words a text setting may be, declared in its field's type (`Annotated[str,
-    OneOf(...)]`), where the module reading them imports torch or faiss (bench.data.crops,
-    bench.evaluation.metrics), which `run --help` does not; the other lists' packages the
-    command line imports itself (bench.cli.settings)."""
-
-    words: tuple[str, ...]
-
-
-PositiveInt = Annotated[int, Bounds(min=1)]
-NonNegativeInt = Annotated[int, Bounds(min=0)]
-NonNegativeFloat = Annotated[float, Bounds(min=0)]
 PRESET_DEFAULT = " Default: the preset's."
 
 
