@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import os_error_line
+from bench.cli.options import click_errors, os_error_line
 from bench.util.environ import cache_setting
 from bench.util.progress import show_progress
 
@@ -121,7 +121,6 @@ class LazyCommands(OneLineErrors):
 def main() -> None:
     """nngk-bench: compare deep metric learning losses with one trainer and one evaluator."""
     show_progress()
-    try:  # before any command writes: a cache setting that cannot work is refused first
+    # before any command writes: a cache setting that cannot work is refused first
+    with click_errors():
         cache_setting()
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
+from bench.cli.options import NON_NEGATIVE, RESULTS, click_errors
 
 
 @click.command()
@@ -17,12 +17,7 @@ from bench.cli.options import DEFAULT_RESULTS, NON_NEGATIVE
     required=True,
     help="CSV of expected metrics (table, method, dims, metric, value).",
 )
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=DEFAULT_RESULTS,
-    show_default=True,
-)
+@RESULTS
 @click.option(
     "--tolerance",
     type=NON_NEGATIVE,
@@ -35,14 +30,12 @@ def check(baseline, results, tolerance, update):
     """Compare the runs' metrics with a baseline; exit non-zero on a regression."""
     from bench.report.check import regressions, write_baseline
 
-    try:
+    with click_errors():
         if update:
             means = write_baseline(results, baseline)
             click.echo(f"{baseline}: {len(means)} values from {results}")
             return
         problems, skipped = regressions(results, baseline, tolerance)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     for line in skipped:
         click.echo(f"skipped {line}", err=True)
     for line in problems:

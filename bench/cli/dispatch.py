@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import shutil
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import click
 
 from bench.cli.interrupt import Interrupted, output_to, stop, stop_signals
+from bench.cli.options import stacked
 from bench.util.environ import environment
 from bench.util.progress import log
 
@@ -98,32 +99,29 @@ DISPATCH_OPTIONS = (
     click.option(
         "--executor",
         type=click.Choice(EXECUTORS),
-        default="none",
+        default=Dispatch.executor,
         show_default=True,
         help="none: in this process; local: as submitit jobs here; slurm: as Slurm jobs.",
     ),
-    click.option("--jobs", type=click.IntRange(min=1), default=2, show_default=True,
+    click.option("--jobs", type=click.IntRange(min=1), default=Dispatch.jobs, show_default=True,
                  help="Jobs at once (local: processes; slurm: the array's parallelism)."),
-    click.option("--partition", default="", help="Slurm partition."),
-    click.option("--time-min", type=click.IntRange(min=1), default=240, show_default=True,
-                 help="Time limit of a job, minutes."),
-    click.option("--gpus", type=click.IntRange(min=0), default=0, show_default=True,
+    click.option("--partition", default=Dispatch.partition, help="Slurm partition."),
+    click.option("--time-min", type=click.IntRange(min=1), default=Dispatch.time_min,
+                 show_default=True, help="Time limit of a job, minutes."),
+    click.option("--gpus", type=click.IntRange(min=0), default=Dispatch.gpus, show_default=True,
                  help="GPUs per job."),
-    click.option("--cpus", type=click.IntRange(min=1), default=4, show_default=True,
+    click.option("--cpus", type=click.IntRange(min=1), default=Dispatch.cpus, show_default=True,
                  help="CPUs per job."),
 )  # fmt: skip
 
 
-def dispatch_options(command: Callable) -> Callable:
-    for option in reversed(DISPATCH_OPTIONS):
-        command = option(command)
-    return command
+dispatch_options = stacked(*DISPATCH_OPTIONS)
+DISPATCH_NAMES = tuple(f.name for f in fields(Dispatch))  # each an option of its name
 
 
 def dispatch_from(options: dict) -> Dispatch:
     """Take the dispatch options out of a command's keyword arguments."""
-    names = ("executor", "jobs", "partition", "time_min", "gpus", "cpus")
-    dispatch = Dispatch(**{name: options.pop(name) for name in names})
+    dispatch = Dispatch(**{name: options.pop(name) for name in DISPATCH_NAMES})
     if dispatch.executor == "slurm" and shutil.which("sbatch") is None:  # before any work
         raise click.ClickException(
             "--executor slurm needs Slurm (its sbatch), not found on this machine; run on the "

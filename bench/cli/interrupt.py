@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import NoReturn
@@ -46,12 +46,20 @@ def stop_signals(hold: bool = False) -> Iterator[list[int]]:
         if not hold and len(caught) == 1:
             raise Interrupted(signum)
 
+    with signals_handled(handler, STOP_SIGNALS):
+        yield caught
+
+
+@contextmanager
+def signals_handled(handler: Callable, numbers: tuple[int, ...]) -> Iterator[None]:
+    """`handler` answers the signals `numbers` while the block runs, in the main thread (Python
+    handles signals there only; elsewhere nothing changes); then their handlers as they were."""
     if threading.current_thread() is not threading.main_thread():
-        yield caught
+        yield
         return
-    previous = {number: signal.signal(number, handler) for number in STOP_SIGNALS}
+    previous = {number: signal.signal(number, handler) for number in numbers}
     try:
-        yield caught
+        yield
     finally:
         for number, old in previous.items():
             signal.signal(number, old)

@@ -10,11 +10,13 @@ from bench.cli.options import (
     POSITIVE,
     POSITIVE_FLOAT,
     RESULTS,
+    click_errors,
     dims_option,
     seed_option,
 )
 from bench.protocols import DEFAULT_PROTOCOL
 from bench.runs import store
+from bench.util.errors import first_line
 
 SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
 
@@ -66,7 +68,7 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
     compute = run_compute(device)
 
     given = {"pairs": pairs, "iterations": iterations, "lr": lr}
-    try:
+    with click_errors(ValueError, FileNotFoundError, line=first_line):
         plan = linear_runs(method.split(","), dims, seeds, given)
         feats = load_features(dataset, protocol=protocol)
         check_scorable(f"the test split of {dataset}", feats.test_labels)
@@ -92,5 +94,3 @@ def linear(method, dataset, protocol, dims, seeds, pairs, iterations, lr, result
                 if metrics[k] is not None
             )
             click.echo(f"{run_dir}: {shown}")
-    except (ValueError, FileNotFoundError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None

@@ -8,6 +8,8 @@ from __future__ import annotations
 import errno
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -33,7 +35,6 @@ class FiniteFloat(click.FloatRange):
 
 # Numeric options out of range fail in click, one line and exit 2, before any run folder exists.
 POSITIVE = click.IntRange(min=1)
-FINITE = FiniteFloat()
 NON_NEGATIVE = FiniteFloat(min=0)
 POSITIVE_FLOAT = FiniteFloat(min=0, min_open=True)
 
@@ -67,6 +68,29 @@ def parse_ints(text: str | None, what: str) -> tuple[int, ...] | None:
             f"bad {what} {text!r}; expected comma-separated {kind} integers{below}, e.g. {example}"
         )
     return values
+
+
+@contextmanager
+def click_errors(*kinds: type[Exception], line: Callable[[Exception], str] = str) -> Iterator[None]:
+    """The block's errors of `kinds` (ValueError where none is named: what the checks raise)
+    as one line of click's, `line` of each (its message; `first_line` for one that may carry
+    more lines, a RuntimeError's or a FileNotFoundError's)."""
+    caught = kinds or (ValueError,)
+    try:
+        yield
+    except caught as err:
+        raise click.ClickException(line(err)) from None
+
+
+def stacked(*options: Callable) -> Callable:
+    """A decorator adding `options` (click's option decorators) in their order."""
+
+    def add(command: Callable) -> Callable:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return add
 
 
 def int_list(what: str) -> Callable:

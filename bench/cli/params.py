@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import click
 
-from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT
+from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, stacked
 from bench.util.errors import first_line, takes
 
 if TYPE_CHECKING:  # losses imports torch and PML: only when a loss's parameters are read
@@ -31,53 +31,33 @@ def loss_param_option(
     )
 
 
-# option -> the loss parameter it sets (--fixed-weights: learn_weights=false).
-ALIASES = {
-    "miner": "miner",
-    "regularizer": "regularizer",
-    "sigma": "sigma",
-    "k": "k",
-    "update_interval": "update_interval",
-    "index": "index",
-    "nprobe": "nprobe",
-    "margin": "margin",
-    "fixed_weights": "learn_weights",
-}
-ALIAS_OPTIONS = (
-    click.option("--miner", default=None,
-                 help="A miner (see `losses`): triplet's, or pml:ClassName, any of PML's."),
-    click.option("--regularizer", default=None,
-                 help="A pml: loss's regularizer, pml:ClassName (see `losses`)."),
-    click.option("--sigma", type=POSITIVE_FLOAT, default=None, help="NNGK kernel width."),
-    click.option("--k", type=POSITIVE, default=None, help="NNGK neighbours per example."),
-    click.option(
-        "--update-interval", type=POSITIVE, default=None, help="NNGK epochs between refreshes."
-    ),
-    click.option(
-        "--index",
+# The options each loss parameter had of its own, short for --loss-param: click's keyword
+# arguments, by option. Each sets the parameter of its name, --fixed-weights learn_weights=false.
+SHORT_OPTIONS = {
+    "miner": dict(help="A miner (see `losses`): triplet's, or pml:ClassName, any of PML's."),
+    "regularizer": dict(help="A pml: loss's regularizer, pml:ClassName (see `losses`)."),
+    "sigma": dict(type=POSITIVE_FLOAT, help="NNGK kernel width."),
+    "k": dict(type=POSITIVE, help="NNGK neighbours per example."),
+    "update_interval": dict(type=POSITIVE, help="NNGK epochs between refreshes."),
+    "index": dict(
         type=click.Choice(["auto", "exact", "ivf"]),
-        default=None,
         help="NNGK neighbour search at refresh: exact, approximate (IVF, its recall logged), or "
         "auto (IVF from 100,000 training items on the CPU; exact on a GPU). Default: auto.",
     ),
-    click.option("--nprobe", type=POSITIVE, default=None,
-                 help="NNGK IVF lists probed (default 16)."),
-    click.option("--margin", type=NON_NEGATIVE, default=None,
-                 help="The loss's margin (--loss-param margin=M); arcface's is in degrees."),
-    click.option(
-        "--fixed-weights", is_flag=True, default=None, help="NNGK: centre weights fixed at 1 "
-        "(Table 5)."
+    "nprobe": dict(type=POSITIVE, help="NNGK IVF lists probed (default 16)."),
+    "margin": dict(
+        type=NON_NEGATIVE,
+        help="The loss's margin (--loss-param margin=M); arcface's is in degrees.",
     ),
-)  # fmt: skip
-
-
+    "fixed_weights": dict(is_flag=True, help="NNGK: centre weights fixed at 1 (Table 5)."),
+}
+# option -> the loss parameter it sets
+ALIASES = {**{option: option for option in SHORT_OPTIONS}, "fixed_weights": "learn_weights"}
 # The parameters whose short spelling bounds them, and the bounds, for --loss-param too.
 RANGES = {
-    "sigma": POSITIVE_FLOAT,
-    "k": POSITIVE,
-    "update_interval": POSITIVE,
-    "nprobe": POSITIVE,
-    "margin": NON_NEGATIVE,
+    ALIASES[option]: given["type"]
+    for option, given in SHORT_OPTIONS.items()
+    if isinstance(given.get("type"), (click.IntRange, click.FloatRange))
 }
 
 
@@ -90,15 +70,17 @@ def check_range(name: str, text: str, kind: click.ParamType) -> None:
         raise ValueError(f"bad --loss-param {name}={text}: {err.message}") from None
 
 
-def loss_param_options(command: Callable) -> Callable:
-    """--loss-param and its short spellings."""
-    short = loss_param_option(
+# --loss-param and its short spellings.
+loss_param_options = stacked(
+    loss_param_option(
         "A parameter of the loss, e.g. sigma=1.0; repeat it for several. The options below "
         "(--miner to --fixed-weights) are short for it."
-    )
-    for option in reversed((short, *ALIAS_OPTIONS)):
-        command = option(command)
-    return command
+    ),
+    *(
+        click.option("--" + option.replace("_", "-"), default=None, **given)
+        for option, given in SHORT_OPTIONS.items()
+    ),
+)
 
 
 def given_params(options: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:

@@ -6,16 +6,11 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEFAULT_RESULTS
+from bench.cli.options import RESULTS
 
 
 @click.command()
-@click.option(
-    "--results",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=DEFAULT_RESULTS,
-    show_default=True,
-)
+@RESULTS
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),

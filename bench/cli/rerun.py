@@ -10,23 +10,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
+from bench.cli.dispatch import DISPATCH_NAMES
+from bench.cli.settings import given
 from bench.protocols import PROTOCOLS
 from bench.runs import store
 from bench.runs.config import DATA_IDENTITY, RunConfig
 
 # The parameters of `run` taken beside --config.
-WITH_CONFIG = (
-    "config", "results", "force", "device", "nproc", "workers", "log",
-    "executor", "jobs", "partition", "time_min", "gpus", "cpus",
-)  # fmt: skip
+WITH_CONFIG = ("config", "results", "force", "device", "nproc", "workers", "log", *DISPATCH_NAMES)
 
 
 def check_nothing_else(ctx: click.Context) -> None:
     """A one-line error for a setting given beside --config."""
     for param in ctx.command.params:
-        if param.name not in WITH_CONFIG and given_here(ctx, param.name):
+        if param.name not in WITH_CONFIG and given(param.name):
             allowed = "--results, --force, --device, --nproc, --workers, --log, --executor"
             raise click.ClickException(
                 f"--config reruns the run as it recorded itself; {param.opts[0]} would change "
@@ -58,12 +56,8 @@ def read_record(path: Path) -> dict:
 
 def recorded_config(ctx: click.Context, record: dict) -> RunConfig:
     """The RunConfig of a run's record, with --workers and --log where given."""
-    given = {k: ctx.params[k] for k in ("workers", "log") if given_here(ctx, k)}
-    return replace(RunConfig.from_record(record), **given)
-
-
-def given_here(ctx: click.Context, name: str) -> bool:
-    return ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    kept = {k: ctx.params[k] for k in ("workers", "log") if given(k)}
+    return replace(RunConfig.from_record(record), **kept)
 
 
 def check_same_run(cfg: RunConfig, record: dict) -> None:

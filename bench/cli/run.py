@@ -18,6 +18,7 @@ from bench.cli.options import (
     NPROC,
     RESULTS,
     check_results_folder,
+    click_errors,
     dims_option,
     seed_option,
 )
@@ -27,6 +28,7 @@ from bench.cli.settings import setting_options, settings_from
 from bench.cli.training import checked_device, checked_runs, identified
 from bench.data.names import FOLDER_PREFIX
 from bench.runs.config import RunConfig
+from bench.util.errors import first_line
 
 
 def check_choices(loss: str, dataset: str, data_root: str | None = None, here: bool = True) -> None:
@@ -128,13 +130,11 @@ def planned_configs(
     """A config per loss of `loss` (a name, a list or a set), embedding size and seed: the
     preset's settings, the options' on top; the data checked to be there where `here`."""
     settings = settings_from(options, dataset=dataset)
-    try:
+    with click_errors():
         check_named(loss, dataset, settings.get("data_root"), here)
         plan = planned_losses(loss)
         params = planned_params(plan, *given_params(options))  # imports torch and PML
         check_set_params(dataset)  # then the data sets' module too (its own seconds)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     protocol = settings.pop("protocol")  # make_configs takes these two by name
     preset = settings.pop("preset") or ""
     return [
@@ -179,22 +179,18 @@ def checked_configs(dataset: str, loss: str, dims, params: dict, **settings) -> 
     from bench.train.option_checks import check_steps_come
     from bench.train.presets import make_configs
 
-    try:
+    with click_errors():
         configs = make_configs(dataset, loss, dims, params, **settings)
         for cfg in configs if settings.get("schedule") else []:
             check_steps_come(cfg)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     return configs
 
 
 def check_before_torchrun(configs: list, nproc: int) -> None:
     """Every run checked for `nproc` processes (a batch they can share, its data's splits)
     here, so that a fault is one line rather than one per process and torchrun's report."""
-    try:
+    with click_errors(ValueError, RuntimeError, line=first_line):
         checked_runs(configs, nproc)
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None
 
 
 def relaunch_with_torchrun(nproc: int) -> None:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import click
 
+from bench.cli.options import click_errors
+
 RUN_WALL_PER_CLASS = 40  # images a class of --run-wall-images' folder
 
 
@@ -51,8 +53,6 @@ def run_wall_rows(args: list[str], device: str, images: int | None = None) -> di
         if images is not None:
             root = folder_set(Path(tmp) / "data", images, images // RUN_WALL_PER_CLASS)
             args += ["--dataset", f"folder:{root}"]
-        try:
-            with cache_in(Path(tmp) / "cache") if images is not None else nullcontext():
-                return run_wall_row(invoke, args, Path(tmp) / "results")
-        except ValueError as err:
-            raise click.ClickException(str(err)) from None
+        cache = cache_in(Path(tmp) / "cache") if images is not None else nullcontext()
+        with click_errors(), cache:
+            return run_wall_row(invoke, args, Path(tmp) / "results")

@@ -2,22 +2,23 @@
 `batch_size`), of the field's type and with the field's help, so that a field added to RunConfig
 is an option of `run`. Fields marked `option=False` are not (the commands set them otherwise).
 An option not given is None, so that the preset decides (bench/train/presets.py make_configs),
-except where no preset sets the field (`SETTINGS`' show_default): the field's default."""
+except where no preset sets the field (`DEFAULT_SHOWN`): the field's default."""
 
 from __future__ import annotations
 
-from dataclasses import Field, fields
-from typing import Any, Callable, get_type_hints
+from dataclasses import Field, asdict, fields
+from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hints
 
 import click
 from click.core import ParameterSource
 
-from bench.cli.options import NON_NEGATIVE, POSITIVE, POSITIVE_FLOAT, FiniteFloat
+from bench.cli.options import FiniteFloat, click_errors, stacked
 from bench.data.crop_area import parse_crop_scale
 from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone, is_timm
 from bench.runs.config import RunConfig, canonical_preset
+from bench.runs.values import OneOf
 from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES, parse_schedule
 from bench.train.tracking import LOG_KINDS, require
 
@@ -32,26 +33,9 @@ class PresetChoice(click.Choice):
         return super().convert(canonical_preset(value), param, ctx)
 
 
-class ValSplitChoice(click.ParamType):
-    """images, classes, or classes:F/K (the F-th of K class folds, as `tune --folds K` holds
-    them out: the shipped default trained under a tuned study's protocol)."""
-
-    name = "val_split"
-
-    def get_metavar(self, *args: Any, **kwargs: Any) -> str:
-        return "[images|classes|classes:F/K]"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        try:
-            check_val_split_name(str(value))
-        except ValueError as err:
-            self.fail(str(err), param, ctx)
-        return value
-
-
 class CheckedText(click.ParamType):
-    """Text in a form of its own (--schedule, --crop-scale), checked by `check` (a one-line
-    ValueError naming the form) before anything is loaded."""
+    """Text in a form of its own (--schedule, --crop-scale, --val-split), checked by `check` (a
+    one-line ValueError naming the form) before anything is loaded."""
 
     def __init__(self, metavar: str, check: Callable[[str], Any]) -> None:
         self.name, self.metavar, self.check = metavar, metavar, check
@@ -67,61 +51,38 @@ class CheckedText(click.ParamType):
         return str(value)
 
 
-def check_log(ctx: click.Context, param: click.Parameter, kind: str | None) -> str | None:
-    """--log's package present, before anything is written; else a one-line error naming the
-    install."""
-    try:
-        require(kind or "none")
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    return kind
+def checked_by(check: Callable[[str], None]) -> Callable:
+    """A callback running `check` on the option's value where it has one, its ValueError one
+    line: --backbone a known one, --log's package present before anything is written."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        with click_errors():
+            if value is not None:
+                check(value)
+        return value
+
+    return callback
 
 
-def check_backbone_name(ctx: click.Context, param: click.Parameter, name: str | None):
-    """--backbone a known one; else a one-line error listing them."""
-    try:
-        if name is not None:
-            check_backbone(name)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
-    return name
-
-
-# The values a setting may take beyond its field's type: click's keyword arguments, and
-# "choices" named in the help of a free-text option; show_default: no preset sets it, so its
-# default is the field's (the others' is None: the preset's). The choices come from modules
-# without torch.
+# What a setting's field cannot say (bench.runs cannot import these packages, nor they it): the
+# choices its package lists or the check it makes, as click's keyword arguments, and "choices"
+# named in the help of a free-text option. The packages are those without torch.
 SETTINGS: dict[str, dict[str, Any]] = {
-    "protocol": dict(type=click.Choice(PROTOCOLS), show_default=True),
-    "backbone": dict(choices=(*BACKBONES, "timm:NAME"), callback=check_backbone_name),
+    "protocol": dict(type=click.Choice(PROTOCOLS)),
+    "backbone": dict(choices=(*BACKBONES, "timm:NAME"), callback=checked_by(check_backbone)),
     "embedding": dict(type=click.Choice(EMBEDDINGS)),
     "pooling": dict(type=click.Choice(POOLINGS)),
-    "epochs": dict(type=POSITIVE),
-    "warmup_epochs": dict(type=click.IntRange(min=0)),
-    "batch_size": dict(type=click.IntRange(min=2)),
-    "m_per_class": dict(type=POSITIVE),
-    "lr": dict(type=NON_NEGATIVE),
-    "embedding_lr": dict(type=POSITIVE_FLOAT),
     "schedule": dict(type=CheckedText("[none|cosine|step:E1,E2,...:F]", parse_schedule)),
-    "momentum": dict(type=FiniteFloat(min=0, max=1)),
-    "memory": dict(type=click.IntRange(min=0), show_default=True),
     "optimizer": dict(type=click.Choice(OPTIMIZER_NAMES)),
-    "weight_decay": dict(type=NON_NEGATIVE),
-    "val_fraction": dict(type=FiniteFloat(min=0, max=1, max_open=True)),
-    "val_split": dict(type=ValSplitChoice()),
-    "train_per_class": dict(type=POSITIVE),
-    # bench.evaluation.metrics.CLUSTERING's keys (that module imports faiss)
-    "clustering": dict(type=click.Choice(("full", "pml", "none")), show_default=True),
-    "precision": dict(type=click.Choice(PRECISIONS), show_default=True),
-    "resize": dict(type=POSITIVE),
-    "crop": dict(type=POSITIVE),
-    "pad": dict(type=click.IntRange(min=0)),
-    "crop_mode": dict(type=click.Choice(("squash", "aspect"))),  # bench.data.crops.CROP_MODES
+    "val_split": dict(type=CheckedText("[images|classes|classes:F/K]", check_val_split_name)),
+    "precision": dict(type=click.Choice(PRECISIONS)),
     "crop_scale": dict(type=CheckedText("LOW,HIGH", parse_crop_scale)),
     "preset": dict(type=PresetChoice()),
-    "workers": dict(type=click.IntRange(min=0), show_default=True),
-    "log": dict(type=click.Choice(LOG_KINDS), show_default=True, callback=check_log),
+    "log": dict(type=click.Choice(LOG_KINDS), callback=checked_by(require)),
 }
+# The settings no preset sets: their default is the field's, shown (the others' is None: the
+# preset's).
+DEFAULT_SHOWN = ("protocol", "memory", "clustering", "precision", "workers", "log")
 
 
 def run_settings() -> dict[str, Field]:
@@ -131,29 +92,35 @@ def run_settings() -> dict[str, Field]:
 
 def setting_option(name: str) -> Callable:
     """The option of the run setting `name`."""
-    setting = run_settings()[name]
-    extra = dict(SETTINGS.get(name, {}))
+    setting, extra = run_settings()[name], dict(SETTINGS.get(name, {}))
     text = setting.metadata["help"]
     if "choices" in extra:
         text += f" One of {', '.join(extra.pop('choices'))}."
-    default = setting.default if extra.get("show_default") else None
+    shown = name in DEFAULT_SHOWN
+    default = setting.default if shown else None
     flag = "--" + name.replace("_", "-")
-    kind = get_type_hints(RunConfig)[name]
+    kind = extra.pop("type", declared_type(name))
     if kind is bool:  # --no-NAME: off where a preset sets it (--no-freeze-bn)
         flags = f"{flag}/--no-{flag[2:]}"
         return click.option(flags, name, default=default, help=text, **extra)
-    return click.option(flag, type=extra.pop("type", kind), default=default, help=text, **extra)
+    return click.option(flag, type=kind, default=default, show_default=shown, help=text, **extra)
+
+
+def declared_type(name: str) -> Any:
+    """The type a setting's field declares (int, float, str, bool), as click's type within its
+    `Bounds` (a float finite too) or `OneOf` where the field's type is annotated with them."""
+    hint = get_type_hints(RunConfig, include_extras=True)[name]
+    if get_origin(hint) is not Annotated:
+        return hint
+    kind, values = get_args(hint)
+    if isinstance(values, OneOf):
+        return click.Choice(values.words)
+    return (click.IntRange if kind is int else FiniteFloat)(**asdict(values))
 
 
 def setting_options(*names: str) -> Callable:
     """A decorator adding the options of the run settings `names` (none named: all)."""
-
-    def add(command: Callable) -> Callable:
-        for name in reversed(names or tuple(run_settings())):
-            command = setting_option(name)(command)
-        return command
-
-    return add
+    return stacked(*(setting_option(name) for name in names or run_settings()))
 
 
 def settings_from(
@@ -191,10 +158,8 @@ def backbone_input(settings: dict[str, Any], dataset: str = "") -> dict[str, Any
         return settings
     from bench.models.timm_backbones import input_settings
 
-    try:
+    with click_errors():
         sizes = input_settings(backbone, settings.get("resize"), settings["crop"])
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     if dataset and not resizes_images(dataset):
         sizes["resize"] = settings.get("resize")
     return {**settings, **sizes}

@@ -9,7 +9,15 @@ import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs
 from bench.cli.loss_sets import LOSS_HELP, PAPER, planned_losses
-from bench.cli.options import DATASET, DEVICE, FORCE, RESULTS, dims_option, seed_option
+from bench.cli.options import (
+    DATASET,
+    DEVICE,
+    FORCE,
+    RESULTS,
+    click_errors,
+    dims_option,
+    seed_option,
+)
 from bench.cli.params import loss_param_option, name_values, planned_params
 from bench.cli.settings import PresetChoice, run_settings, setting_options, settings_from
 
@@ -64,7 +72,7 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
 
     dispatch = dispatch_from(options)
     settings = settings_from(options, SUITE_SETTINGS, dataset)
-    try:
+    with click_errors():
         check_choices(loss_set, dataset, settings.get("data_root"), dispatch.executor != "slurm")
         if preset == "liu2019":
             if loss_set != "paper":
@@ -74,8 +82,6 @@ def suite(dataset, dims, seeds, preset, loss_set, loss_param, results, force, de
         else:
             plan = [(loss, p, None) for loss, p in planned_losses(loss_set)]
         given = planned_params([(loss, p) for loss, p, _ in plan], name_values(loss_param))
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     protocol, chosen_embedding = settings.pop("protocol"), settings.pop("embedding")
     configs = [
         c

@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import signal
 import sys
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,6 +15,8 @@ from typing import TYPE_CHECKING
 import click
 
 from bench.cli import first_process
+from bench.cli.interrupt import signals_handled
+from bench.cli.options import click_errors
 from bench.runs import store
 from bench.runs.weights import changed_weights
 from bench.util.errors import first_line
@@ -72,26 +73,12 @@ def raise_terminated(signum: int, frame) -> None:
 
 
 @contextmanager
-def sigterm_interrupts():
-    """SIGTERM raises `Terminated` while the block runs (in the main thread: Python handles
-    signals there only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
 def resumable_stops():
     """Inside, SIGTERM stops as Ctrl-C does, and either ends the command with a line saying
     how to resume (exit 130, or 143 for SIGTERM): what was stopped resumes from its last
     checkpoint, its files written atomically."""
     try:
-        with sigterm_interrupts():
+        with signals_handled(raise_terminated, (signal.SIGTERM,)):
             yield
     except KeyboardInterrupt as stop:
         if first_process():
@@ -128,11 +115,9 @@ def run_all(configs: list, results: Path, force: bool, device: torch.device | No
     (exit 130 or 143)."""
     from bench.train.compute import Compute
 
-    try:
+    with click_errors(ValueError, RuntimeError, line=first_line):
         with resumable_stops():
             diverged = train_all(configs, results, force, Compute.resolve(device))
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(first_line(err)) from None
     if diverged:
         raise click.ClickException(diverged_line(results, diverged))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEVICE
+from bench.cli.options import DEVICE, click_errors
 from bench.protocols import VERIFICATION, get_protocol
 from bench.runs import store
 from bench.runs.config import BASELINE_LOSS
@@ -106,7 +106,7 @@ def visualize_one(
     from bench.report.galleries import check_comparable
     from bench.report.visualize import visualize_run
 
-    try:  # refused before anything is drawn
+    with click_errors(ValueError, FileNotFoundError):  # refused before anything is drawn
         if compare is not None:
             check_comparable(run_dir, compare)
         check_drawable(run_dir, out, gallery)
@@ -114,8 +114,6 @@ def visualize_one(
         written = visualize_run(run_dir, out, max_points) if compare is None else []
         if gallery:
             written += galleries_or_note(run_dir, out, compare, queries, k, device)
-    except (ValueError, FileNotFoundError) as err:
-        raise click.ClickException(str(err)) from None
     return written
 
 

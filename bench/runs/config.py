@@ -1,9 +1,9 @@
 """A run's configuration as a plain dataclass; its hash names the run folder.
 
 Each field carries its help text (`metadata["help"]`): `nngk-bench run` offers every field as
-an option of the same name (`batch_size` -> `--batch-size`, of the field's type), except those
-marked `option=False`, which the commands set otherwise (`--dataset`, `--dims`, `--seed`,
-`--loss-param`, or from the data)."""
+an option of the same name (`batch_size` -> `--batch-size`, of the field's type, within the
+`Bounds` or `OneOf` its type declares), except those marked `option=False`, which the commands
+set otherwise (`--dataset`, `--dims`, `--seed`, `--loss-param`, or from the data)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any
+from typing import Annotated, Any
 
 from bench.protocols import shown_protocol
+from bench.runs.values import Bounds, NonNegativeFloat, NonNegativeInt, OneOf, PositiveInt
 from bench.util.names import NAME_MAX, fitted_name, safe_name
 
 BASELINE_LOSS = "untrained"  # the loss name of the data set's baseline rows
@@ -133,8 +134,8 @@ class RunConfig:
         recipe=True,
         label="{} pooling",
     )
-    epochs: int = setting(20, "Training epochs." + PRESET_DEFAULT, label="{} epochs")
-    warmup_epochs: int = setting(
+    epochs: PositiveInt = setting(20, "Training epochs." + PRESET_DEFAULT, label="{} epochs")
+    warmup_epochs: NonNegativeInt = setting(
         0,
         "The first N epochs train only the embedding layer and the loss's own parameters, the "
         "backbone's weights unchanged (Kim et al. 2020's Proxy-Anchor code); 0: none.",
@@ -143,17 +144,17 @@ class RunConfig:
         recipe=True,
         label=lambda v: f"warm-up epochs {v}" if v else "no warm-up",
     )
-    batch_size: int = setting(
+    batch_size: Annotated[int, Bounds(min=2)] = setting(
         64, "Examples per training step." + PRESET_DEFAULT, held=True, label="batch {}"
     )
-    m_per_class: int = setting(
+    m_per_class: PositiveInt = setting(
         16,
         "Examples of each class in a class-balanced batch (default: what the loss declares, "
         "else the preset's).",
         held=True,
         label=per_class_label,
     )
-    memory: int = setting(
+    memory: NonNegativeInt = setting(
         0,
         "Cross-batch memory (Wang et al. 2020): the last N training embeddings join each "
         "batch's pairs and triplets; pair and triplet losses only (`nngk-bench losses`). "
@@ -170,8 +171,10 @@ class RunConfig:
         held=True,
         label=lambda v: str(v).split(" (")[0],
     )
-    lr: float = setting(0.01, "The network's learning rate." + PRESET_DEFAULT, label="lr={}")
-    embedding_lr: float = setting(
+    lr: NonNegativeFloat = setting(
+        0.01, "The network's learning rate." + PRESET_DEFAULT, label="lr={}"
+    )
+    embedding_lr: Annotated[float, Bounds(min=0, min_open=True)] = setting(
         1.0,
         "The embedding layer's learning rate as a multiple of --lr, in an optimizer group of "
         "its own (Brown et al. 2020's Smooth-AP code: 2). Default: 1.",
@@ -189,11 +192,13 @@ class RunConfig:
         recipe=True,
         label=lambda v: "constant lr" if v == "none" else f"{v} lr schedule",
     )
-    momentum: float = setting(0.9, "Momentum of sgd and rmsprop.", label="momentum {}")
-    weight_decay: float = setting(
+    momentum: Annotated[float, Bounds(min=0, max=1)] = setting(
+        0.9, "Momentum of sgd and rmsprop.", label="momentum {}"
+    )
+    weight_decay: NonNegativeFloat = setting(
         5e-4, "Weight decay (adamw: decoupled)." + PRESET_DEFAULT, label="weight decay {}"
     )
-    val_fraction: float = setting(
+    val_fraction: Annotated[float, Bounds(min=0, max=1, max_open=True)] = setting(
         0.2,
         "Share of the training images (or classes, --val-split classes) held out to choose "
         "the epoch; 0: train on all of them and test the last epoch, as the papers do.",
@@ -207,12 +212,12 @@ class RunConfig:
         if_set=True,
         label="validated on held-out {}",
     )
-    train_per_class: int = setting(
+    train_per_class: PositiveInt = setting(
         0,
         "At most N training images per class (Fig. 3).",
         label=lambda v: f"{int(v)} per class" if v else "all per class",
     )
-    clustering: str = setting(
+    clustering: Annotated[str, OneOf(("full", "pml", "none"))] = setting(
         "full",
         "The test's NMI: full: PML's (one k-means, 20 iterations) and the best of 5 restarts "
         "of 50 (nmi_best_of_5), each where it fits about 3 minutes at the test's size, else "
@@ -245,27 +250,27 @@ class RunConfig:
         if_set=True,
         held=True,
     )
-    resize: int = setting(
+    resize: PositiveInt = setting(
         256,
         "Images' size (the shorter side; the longer at most 4x it) before crops.",
         applies="images",
         held=True,
         label="resize {}",
     )
-    crop: int = setting(
+    crop: PositiveInt = setting(
         224,
         "Random (train) / centre (eval) crop; a timm model's or BN-Inception's input size.",
         applies="crop",
         held=True,
         label="crop {}",
     )
-    pad: int = setting(
+    pad: NonNegativeInt = setting(
         0,
         "Pixels of zeros around an image before its random crop.",
         applies="images",
         label="pad {}",
     )
-    crop_mode: str = setting(
+    crop_mode: Annotated[str, OneOf(("squash", "aspect"))] = setting(
         "squash",
         "squash (the papers'): images stretched to resize x resize, random crops; aspect: "
         "aspect ratio kept, random-resized crops. Default: squash.",
@@ -306,7 +311,7 @@ class RunConfig:
     tuned: str = setting(
         "", "The Optuna study whose best parameters these are.", option=False, if_set=True
     )
-    workers: int = setting(0, "DataLoader workers.")
+    workers: NonNegativeInt = setting(0, "DataLoader workers.")
     log: str = setting(
         "none",
         "Log hyper-parameters, the training loss at each step and each epoch's metrics to "
