@@ -92,9 +92,9 @@ def test_tune_resolves_its_device_once_for_its_trials_and_retrained_runs(tmp_pat
     args = ["tune", "--loss", "contrastive", *ARGS, "--trials", 1, "--final-epochs", 1]
     out = cli(*args, "--seeds", 0, "--results", tmp_path)
     assert out.exit_code == 0, out.output
-    # The command's one default; the retrained runs (`run_all`, in this process) are given
-    # the device its trials took, by name, and default nothing.
-    assert len(defaulted) == 1 and resolved == [(None,), (torch.device("cpu"),)]
+    # The command's one resolution; the retrained runs (`run_all`, in this process) are given
+    # the Compute its trials took, and resolve nothing again.
+    assert len(defaulted) == 1 and resolved == [(None,)]
     trials = list((tmp_path / "tune" / "trials").iterdir())
     retrained = [p for p in tmp_path.glob("*-contrastive-*") if (p / "metrics.json").is_file()]
     assert len(trials) == 1 and len(retrained) == 1  # the trial and the run: both trained
@@ -104,7 +104,7 @@ def test_tune_resolves_its_device_once_for_its_trials_and_retrained_runs(tmp_pat
     out = cli(*args, "--seeds", 1, "--device", "cpu", "--results", tmp_path)
     assert out.exit_code == 0, out.output
     cpu = torch.device("cpu")
-    assert defaulted == [] and resolved == [(cpu,), (cpu,)]  # the trial found finished, read
+    assert defaulted == [] and resolved == [(cpu,)]  # the trial found finished, read; retrained
 
 
 def test_pretrain_resolves_its_device_once_at_the_command(tmp_path, resolutions):

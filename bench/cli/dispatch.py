@@ -22,6 +22,8 @@ from bench.util.progress import log
 if TYPE_CHECKING:
     from submitit import Job
 
+    from bench.train.compute import Compute
+
 EXECUTORS = ("none", "local", "slurm")
 CONTROLLER_LOG = "controllers.log"  # under RESULTS/jobs
 # Local jobs share this machine's cores, so their OpenMP threads (torch's, faiss's) wait for one
@@ -130,13 +132,18 @@ def dispatch_from(options: dict) -> Dispatch:
     return dispatch
 
 
-def run_group(configs: list, results: Path, force: bool = False, device: str | None = None):
-    """A job: train these runs (and their data set's baseline) as `run` would."""
-    from bench.cli.training import checked_device, run_all
+def run_group(
+    configs: list, results: Path, force: bool = False, device: str | Compute | None = None
+):
+    """A job: train these runs (and their data set's baseline) as `run` would, where --device
+    resolves in this job; in the process that resolved it already (tune's), its `Compute`."""
+    from bench.cli.training import run_all, run_compute
+    from bench.train.compute import Compute
     from bench.util.progress import show_progress
 
     show_progress()
-    run_all(configs, Path(results), force, checked_device(device))
+    compute = device if isinstance(device, Compute) else run_compute(device)
+    run_all(configs, Path(results), force, compute)
 
 
 def groups(configs: list, dispatch: Dispatch) -> list[list]:
@@ -147,11 +154,16 @@ def groups(configs: list, dispatch: Dispatch) -> list[list]:
 
 
 def submit_runs(
-    configs: list, results: Path, dispatch: Dispatch, force: bool = False, device: str | None = None
+    configs: list,
+    results: Path,
+    dispatch: Dispatch,
+    force: bool = False,
+    device: str | Compute | None = None,
 ) -> None:
     """Train `configs` in this process, or as jobs: first the data set's baseline with the
     first run as one job, then the others; wait for every job and name the ones that failed.
-    A job checks `device` where it runs (a login node may have no GPU)."""
+    A job checks `device` where it runs (a login node may have no GPU); a `Compute` this
+    process resolved trains in it."""
     if dispatch.executor == "none":
         run_group(configs, results, force, device)
         return

@@ -108,16 +108,13 @@ def checked_runs(configs: list, world: int = 1) -> tuple[list, DataSplits]:
     return configs, check_runs(configs, world)
 
 
-def run_all(configs: list, results: Path, force: bool, device: torch.device | None) -> None:
-    """The baseline of the first config's data set, then every config, where the checked
-    --device (`checked_device`; None: not given) is resolved, once for all of them
-    (`Compute`); one-line errors, and on Ctrl-C or SIGTERM a line saying how to resume
-    (exit 130 or 143)."""
-    from bench.train.compute import Compute
-
+def run_all(configs: list, results: Path, force: bool, compute: Compute) -> None:
+    """The baseline of the first config's data set, then every config, where --device was
+    resolved, once for all of them (`run_compute`); one-line errors, and on Ctrl-C or SIGTERM a
+    line saying how to resume (exit 130 or 143)."""
     with click_errors(ValueError, RuntimeError, line=first_line):
         with resumable_stops():
-            diverged = train_all(configs, results, force, Compute.resolve(device))
+            diverged = train_all(configs, results, force, compute)
     if diverged:
         raise click.ClickException(diverged_line(results, diverged))
 

@@ -177,9 +177,9 @@ def tune(
         configs = [c for n in names for c in tuned_loss(setup, n, url, results, compute, *retrain)]
     configs = [replace(cfg, log=log) for cfg in configs]  # the retrained runs (not the trials)
     if configs and not no_retrain:
-        # In this process, on the device its trials took (named: `run_all` takes it as given,
-        # defaulting nothing); as jobs, each job resolves --device where it runs.
-        here = str(compute.device) if dispatch.executor == "none" else device
+        # In this process, on the Compute its trials took; as jobs, each job resolves --device
+        # where it runs.
+        here = compute if dispatch.executor == "none" else device
         submit_runs(configs, results, dispatch, device=here)
 
 
