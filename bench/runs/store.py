@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.util.hashing import file_sha256
+
 METRICS = "metrics.json"
 CONFIG = "config.json"
 HISTORY = "history.csv"
@@ -50,14 +52,6 @@ def read_metrics(run_dir: Path) -> dict:
     if not isinstance(metrics, dict):
         raise ValueError(f"{run_dir}: {METRICS} is not a JSON object")
     return metrics
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def save_query_scores(

@@ -4,12 +4,11 @@ writes it beside the file), sha256 and format, and whether the file changed sinc
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
-from bench.util.weights_files import file_sha256, weights_format
+from bench.util.weights_files import weights_format, weights_sha256
 
 # --pretrained values that name no file: random init, torchvision's ImageNet weights, timm's hub.
 NAMED_WEIGHTS = ("none", "imagenet", "hub")
@@ -25,7 +24,7 @@ def read_provenance(weights: str) -> dict[str, Any]:
     is of other weights (its sha256 is not the file's)."""
     try:
         record = json.loads(provenance_path(weights).read_text())
-        digest = hashlib.sha256(Path(weights).read_bytes()).hexdigest()
+        digest = weights_sha256(weights)
     except (OSError, ValueError):
         return {}
     return record if isinstance(record, dict) and record.get("sha256") == digest else {}
@@ -69,7 +68,10 @@ def weights_record(pretrained: str) -> dict[str, str]:
     and format ({} for named weights, or a file no longer there)."""
     if pretrained in NAMED_WEIGHTS or not Path(pretrained).is_file():
         return {}
-    return {"weights_sha256": file_sha256(pretrained), "weights_format": weights_format(pretrained)}
+    return {
+        "weights_sha256": weights_sha256(pretrained),
+        "weights_format": weights_format(pretrained),
+    }
 
 
 def changed_weights(metrics: dict, pretrained: str) -> str:
@@ -79,7 +81,7 @@ def changed_weights(metrics: dict, pretrained: str) -> str:
     old = metrics.get("weights_sha256")
     if not old or pretrained in NAMED_WEIGHTS or not Path(pretrained).is_file():
         return ""
-    new = file_sha256(pretrained)
+    new = weights_sha256(pretrained)
     if new == old:
         return ""
     return (

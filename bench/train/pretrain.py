@@ -9,7 +9,6 @@ with its provenance (PATH.json) beside it, which names the weights in a run's re
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from bench.models.choices import PRETRAIN_BACKBONES
 from bench.models.embedding import EmbeddingNet, build_model
 from bench.runs.weights import provenance_label, provenance_path
 from bench.util.atomic import atomic_torch_save, atomic_write_json
+from bench.util.hashing import file_sha256
 from bench.util.progress import log
 from bench.util.runtime import seed_everything
 
@@ -151,10 +151,6 @@ def check_trained(state: dict[str, torch.Tensor], losses: list[float], cfg: Pret
         )
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def pretrain(cfg: PretrainConfig, out: Path, device: torch.device) -> dict:
     """Train on `device` (as the command resolved it), then write the backbone's weights to
     `out` and their provenance beside it (`provenance_path`); the provenance."""
@@ -206,7 +202,7 @@ def pretrain(cfg: PretrainConfig, out: Path, device: torch.device) -> dict:
         "seconds": round(time.perf_counter() - started, 1),
         "torch": torch.__version__,
         "weights": Path(out).name,
-        "sha256": sha256(out),
+        "sha256": file_sha256(out),
     }
     record["label"] = provenance_label(record)
     atomic_write_json(provenance_path(out), record)

@@ -1,12 +1,13 @@
 """What a local weights file is, read from its bytes: its format and its sha256 (what a run
-records of the weights it started from)."""
+records of the weights it started from, and checks its provenance and finished runs by)."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
 from pathlib import Path
+
+from bench.util.hashing import file_sha256
 
 SAFETENSORS = "safetensors"
 TORCH = "torch state dict"
@@ -23,16 +24,14 @@ def weights_format(path: str | Path) -> str:
     return SAFETENSORS if fits and head[HEADER_LENGTH:] == b"{" else TORCH
 
 
-def file_sha256(path: str | Path) -> str:
-    """The file's sha256, read once for each size and modification time of it."""
+def weights_sha256(path: str | Path) -> str:
+    """The file's sha256, read once for each size and modification time of it: every run of a
+    grid started from one weights file checks it (a finished run's skip, its provenance, its
+    record), and a ViT's or a ResNet-50's is hundreds of MB."""
     stat = os.stat(path)
     return _sha256(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns)
 
 
 @functools.lru_cache(maxsize=16)
 def _sha256(path: str, size: int, mtime_ns: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_sha256(path)
