@@ -41,12 +41,7 @@ RUN_ID_ROOM = NAME_MAX - len("..forced")
 DATA_IDENTITY = ("data_location", "data_fingerprint")
 
 
-# What a setting applies to (its `applies`), where not to every run: "images", the image pipeline
-# (images resized and cropped: data sets read from files); "crop", that pipeline or a backbone
-# built for the crop's size (a timm model, BN-Inception), which takes even a built-in set's images
-# at --crop. A run whose data and backbone have neither leaves the setting unused: refused when
-# given, at its default in a baseline's id, and in no row's label (`unused_settings`).
-APPLIES = ("images", "crop")
+# --embedding as a row's label names it.
 EMBEDDINGS = {"fc": "FC", "gap": "GAP", "backbone": "backbone output"}
 
 
@@ -57,11 +52,11 @@ def value_text(value: object) -> str:
     return str(value)
 
 
-def per_class_label(value: Any) -> str:
-    """'4 a class in a batch'; NaN for random batches (where --m-per-class played no part)."""
-    return "random batches" if value != value else f"{value_text(value)} a class in a batch"
-
-
+# What a setting applies to (its `applies`), where not to every run: "images", the image pipeline
+# (images resized and cropped: data sets read from files); "crop", that pipeline or a backbone
+# built for the crop's size (a timm model, BN-Inception), which takes even a built-in set's images
+# at --crop. A run whose data and backbone have neither leaves the setting unused: refused when
+# given, at its default in a baseline's id, and in no row's label (`unused_settings`).
 def setting(
     default: Any,
     help: str,
@@ -73,13 +68,13 @@ def setting(
     label: str | Callable[[Any], str] | None = None,
 ) -> Any:
     """A run setting, declared whole: its default and help; `option=False`: no `run` option
-    of its own; `applies`: what it applies to (`APPLIES`), "" for every run; `if_set`: added
-    after runs were made, so hashed into a run's id only where it differs from its default
-    (every earlier run keeps its name, and so its skip and resume); `held`: `tune` takes it as
-    given for every trial and retrained run, never searched; `recipe`: one of the field's
-    training recipes (issue 45), stated in a report's setup line where some run set it;
-    `label`: how it reads in a row's label where it tells runs apart, a format of the value's
-    text ('lr={}') or a function of the value (else the value's text)."""
+    of its own; `applies`: what it applies to ("images" or "crop", above), "" for every run;
+    `if_set`: added after runs were made, so hashed into a run's id only where it differs from
+    its default (every earlier run keeps its name, and so its skip and resume); `held`: `tune`
+    takes it as given for every trial and retrained run, never searched; `recipe`: one of the
+    field's training recipes (issue 45), stated in a report's setup line where some run set
+    it; `label`: how it reads in a row's label where it tells runs apart, a format of the
+    value's text ('lr={}') or a function of the value (else the value's text)."""
     what = dict(help=help, option=option, applies=applies, if_set=if_set, held=held)
     metadata = {**what, "recipe": recipe, "label": label}
     if default is dict:  # a mutable default: each config its own
@@ -152,7 +147,8 @@ class RunConfig:
         "Examples of each class in a class-balanced batch (default: what the loss declares, "
         "else the preset's).",
         held=True,
-        label=per_class_label,
+        # NaN for random batches, where --m-per-class played no part.
+        label=lambda v: "random batches" if v != v else f"{value_text(v)} a class in a batch",
     )
     memory: NonNegativeInt = setting(
         0,
@@ -363,12 +359,11 @@ def setting_label(name: str, value: Any) -> str | None:
 
 
 def unused_settings(images: bool, sized_by_crop: bool) -> tuple[str, ...]:
-    """The settings a run leaves unused (`APPLIES`): those of the image pipeline where its data
-    is used as it is (`images` False), and the crop too where its backbone is not built for the
-    crop's size either."""
+    """The settings a run leaves unused (their `applies`): those of the image pipeline where its
+    data is used as it is (`images` False), and the crop too where its backbone is not built for
+    the crop's size either."""
     used = {"images": images, "crop": images or sized_by_crop}
-    applies = {f.name: f.metadata.get("applies", "") for f in fields(RunConfig)}
-    return tuple(name for name, what in applies.items() if not used.get(what, True))
+    return tuple(f.name for f in fields(RunConfig) if not used.get(f.metadata["applies"], True))
 
 
 def without_unused(cfg: RunConfig, unused: tuple[str, ...]) -> RunConfig:

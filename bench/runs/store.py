@@ -54,6 +54,12 @@ def read_metrics(run_dir: Path) -> dict:
     return metrics
 
 
+def _save_npz(path: Path, **arrays: np.ndarray) -> None:
+    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
+
+    atomic_save_npz(path, **arrays)
+
+
 def save_query_scores(
     run_dir: Path, scores: Mapping[str, np.ndarray], embeddings_file: str | Path = EMBEDDINGS
 ) -> Path:
@@ -61,8 +67,6 @@ def save_query_scores(
     `bench.evaluation.retrieval.query_scores` gives them) into the run's QUERY_SCORES, with the
     size and sha256 of the embeddings file (in `run_dir`, or a path) they were computed from,
     so that `read_query_scores` never trusts them once that file changed."""
-    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
-
     names = [str(name) for name in scores]
     rows = [np.asarray(values, dtype=np.float64) for values in scores.values()]
     shapes = {row.shape for row in rows}
@@ -72,7 +76,7 @@ def save_query_scores(
     record = {"format": SCORES_FORMAT, "names": names, **_identity(source, file_sha256(source))}
     path = Path(run_dir) / QUERY_SCORES
     record_text = np.array(json.dumps(record, sort_keys=True))
-    atomic_save_npz(path, scores=np.stack(rows), record=record_text)
+    _save_npz(path, scores=np.stack(rows), record=record_text)
     return path
 
 
@@ -97,18 +101,14 @@ def save_test_embeddings(
     """The test embeddings and labels (with a gallery, the query flags too: which items are
     queries), then each query's scores beside them (`save_query_scores`), so that the report
     never searches them again."""
-    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
-
     flags = {} if queries is None else {"queries": np.asarray(queries, dtype=bool)}
-    atomic_save_npz(Path(run_dir) / EMBEDDINGS, embeddings=embeddings, labels=labels, **flags)
+    _save_npz(Path(run_dir) / EMBEDDINGS, embeddings=embeddings, labels=labels, **flags)
     save_query_scores(run_dir, scores, EMBEDDINGS)
 
 
 def save_train_embeddings(run_dir: Path, embeddings: np.ndarray, labels: np.ndarray) -> None:
     """The training split's embeddings and labels (what the visualisations draw)."""
-    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
-
-    atomic_save_npz(Path(run_dir) / TRAIN_EMBEDDINGS, embeddings=embeddings, labels=labels)
+    _save_npz(Path(run_dir) / TRAIN_EMBEDDINGS, embeddings=embeddings, labels=labels)
 
 
 def history_csv(rows: list[dict]) -> bytes:
@@ -144,11 +144,9 @@ def _restamp(path: Path, table: np.ndarray, record: dict, source: Path) -> None:
     """Record the embeddings file's modification time beside scores its hash has just
     confirmed (a copied folder, or scores of an earlier version), so that the next report
     does not read the file again; left as it was where the folder cannot be written."""
-    from bench.util.atomic import atomic_save_npz  # torch: not for the commands' --help
-
     record = {**record, **_identity(source, record["embeddings_sha256"])}
     try:
-        atomic_save_npz(path, scores=table, record=np.array(json.dumps(record, sort_keys=True)))
+        _save_npz(path, scores=table, record=np.array(json.dumps(record, sort_keys=True)))
     except OSError:
         pass
 

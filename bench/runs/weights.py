@@ -10,8 +10,9 @@ from typing import Any
 
 from bench.util.weights_files import weights_format, weights_sha256
 
-# --pretrained values that name no file: random init, torchvision's ImageNet weights, timm's hub.
-NAMED_WEIGHTS = ("none", "imagenet", "hub")
+# --pretrained values that name no file (random init, torchvision's ImageNet weights, timm's
+# hub), with how a run's label names them.
+NAMED_WEIGHTS = {"none": "random init", "imagenet": "ImageNet", "hub": "hub weights"}
 
 
 def provenance_path(weights: str | Path) -> Path:
@@ -47,13 +48,8 @@ def weights_label(pretrained: str, provenance: dict[str, Any] | None = None) -> 
     """How a run's weights read: 'random init', 'ImageNet', 'hub weights' (a timm model's), or
     for a local weights file what its `provenance` says it is ('small_cnn pretrained on glyphs
     1000-1999'), else its name."""
-    if pretrained == "none":
-        return "random init"
-    if pretrained == "imagenet":
-        return "ImageNet"
-    if pretrained == "hub":
-        return "hub weights"
-    return provenance_label(provenance or {}) or Path(pretrained).name
+    named = NAMED_WEIGHTS.get(pretrained)
+    return named or provenance_label(provenance or {}) or Path(pretrained).name
 
 
 def current_weights_label(pretrained: str) -> str:
@@ -79,10 +75,8 @@ def changed_weights(metrics: dict, pretrained: str) -> str:
     (replaced at the same path, e.g. `pretrain --force`): a line saying so; else ''. Its run
     id names the path alone, so the run would be taken as done from weights it never saw."""
     old = metrics.get("weights_sha256")
-    if not old or pretrained in NAMED_WEIGHTS or not Path(pretrained).is_file():
-        return ""
-    new = weights_sha256(pretrained)
-    if new == old:
+    new = weights_record(pretrained).get("weights_sha256") if old else None
+    if not new or new == old:
         return ""
     return (
         f"its weights file {pretrained} changed since it was trained (sha256 {old[:12]}, now "
