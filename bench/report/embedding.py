@@ -104,16 +104,16 @@ def marked(text: str, mark: tuple[bool, str]) -> str:
 def markdown_table(
     summary: pd.DataFrame,
     dataset: str,
-    setup: str = "",
-    differences: pd.DataFrame | None = None,
-    baselines: frozenset[str] = frozenset(),
-    answer: str = "",
+    setup: str,
+    differences: pd.DataFrame,
+    baselines: frozenset[str],
+    answer: str,
 ) -> str:
     """The table under its answer (`bench.report.answer`) and setup, its legend below it."""
     extra = [m for m in PROTOCOL_COLUMNS if f"{m}_mean" in summary]
     shown = retrieval_keys(c.removesuffix("_mean") for c in summary.columns if c.endswith("_mean"))
     keys = (*shown, *extra, "init_map@r")
-    marks = marks_of(differences) if differences is not None else {}
+    marks = marks_of(differences)
     nans = "nan_runs" in summary and summary["nan_runs"].gt(0).any()
     diverged = "diverged_runs" in summary and summary["diverged_runs"].gt(0).any()
     families = "family" in summary
@@ -154,7 +154,7 @@ def markdown_table(
         + f"\nMetrics x100, {INTERVAL}. Rows: the baselines, then each size's trained rows by "
         "MAP@R (R@1 where no run has it), best first. runs = distinct seeds; copies of a seed "
         "count once, as their mean. "
-        + (significance_note(differences) if differences is not None and len(differences) else "")
+        + (significance_note(differences) if len(differences) else "")
         + "NMI: one k-means run, as PML's AccuracyCalculator computes it (faiss, 20 "
         "iterations); NMI (best of 5): the best of 5 restarts, what earlier versions called "
         "NMI (runs recorded by them show only that); runs tested with `--clustering none` "
@@ -191,7 +191,7 @@ def below_baselines_note(summary: pd.DataFrame, baselines: frozenset[str]) -> st
 
 
 def untested_note(
-    summary: pd.DataFrame, differences: pd.DataFrame | None, baselines: frozenset[str]
+    summary: pd.DataFrame, differences: pd.DataFrame, baselines: frozenset[str]
 ) -> str:
     """The trained rows of two seeds or more that no comparison tested (their runs' per-query
     scores are missing, or their test queries differ from the other rows'); '' where none. A
@@ -199,9 +199,7 @@ def untested_note(
     trained = summary[~summary["method"].isin(baselines)]
     alone = trained["dims"].map(trained["dims"].value_counts()) == 1
     trained = trained[~alone & (trained["runs"] >= MIN_SEEDS)]
-    tested = set()
-    if differences is not None and len(differences):
-        tested = set(zip(differences["name"], differences["dims"].astype(int), strict=True))
+    tested = set(zip(differences["name"], differences["dims"].astype(int), strict=True))
     left = [r for _, r in trained.iterrows() if (r["method"], int(r["dims"])) not in tested]
     if not left:
         return ""

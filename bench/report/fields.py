@@ -12,6 +12,7 @@ from typing import get_type_hints
 
 from bench.evaluation.health import HEALTH_KEYS
 from bench.runs.config import NOT_HASHED, RunConfig
+from bench.runs.values import Bounds
 
 # A size or seed is at most this: faiss takes a dimension, numpy's legacy generator a seed, as
 # a C int (`run --seed` refuses more); no run could have recorded a larger one.
@@ -41,15 +42,22 @@ def integer(least: int, most: int = INT_MOST) -> Allowed:
     return Allowed(lambda v: is_int(v) and least <= v <= most, f"an integer from {least} to {most}")
 
 
-def number(least: float, most: float = math.inf, most_open: bool = False) -> Allowed:
-    """A finite number from `least` to `most` (below it, where `most_open`)."""
+def within(bounds: Bounds) -> Allowed:
+    """A finite number within a float setting's `Bounds`."""
+    least, most = bounds.min, math.inf if bounds.max is None else bounds.max
 
     def test(v: object) -> bool:
-        return is_finite(v) and least <= v and (v < most if most_open else v <= most)
+        if not is_finite(v):
+            return False
+        return (least < v if bounds.min_open else least <= v) and (
+            v < most if bounds.max_open else v <= most
+        )
 
+    if bounds.min_open:
+        return Allowed(test, f"a number > {least:g}")
     if most == math.inf:
         return Allowed(test, f"a number >= {least:g}")
-    if most_open:
+    if bounds.max_open:
         return Allowed(test, f"a number >= {least:g} and < {most:g}")
     return Allowed(test, f"a number from {least:g} to {most:g}")
 
@@ -72,26 +80,25 @@ WARNINGS = Allowed(
     "a list of text",
 )
 
-# Beyond their type: the ranges `run` takes each setting in (bench.cli.settings), widened where
-# a run records another value (a baseline's 0 epochs, a train_per_class of 0: all images).
-RANGES: dict[str, Allowed] = {
-    "dims": integer(1),
-    "seed": integer(0),
-    "epochs": integer(0),
-    "warmup_epochs": integer(0),
-    "batch_size": integer(1),
-    "m_per_class": integer(1),
-    "memory": integer(0),
-    "train_per_class": integer(0),
-    "resize": integer(1),
-    "crop": integer(1),
-    "pad": integer(0),
-    "lr": number(0),
-    "embedding_lr": Allowed(lambda v: is_finite(v) and v > 0, "a number > 0"),
-    "momentum": number(0, 1),
-    "weight_decay": number(0),
-    "val_fraction": number(0, 1, most_open=True),
-}
+# Beyond their type: the bounds `run` takes each setting in (its RunConfig field's `Bounds`),
+# widened where a run records another value (a baseline's 0 epochs, a train_per_class of 0: all
+# images, an earlier version's batch of 1), and the sizes that no option sets.
+WIDENED = {"epochs": 0, "train_per_class": 0, "batch_size": 1, "dims": 1, "seed": 0}
+
+
+def ranges() -> dict[str, Allowed]:
+    """The bounded settings a run's record names (their field's `Bounds`) and `WIDENED`'s, and
+    what each allows."""
+    hints = get_type_hints(RunConfig, include_extras=True)
+    found = {}
+    for name, hint in ((k, h) for k, h in hints.items() if k not in NOT_HASHED):
+        bounds = next((b for b in getattr(hint, "__metadata__", ()) if isinstance(b, Bounds)), None)
+        if bounds is not None:
+            found[name] = integer(int(bounds.min)) if hint.__origin__ is int else within(bounds)
+    return {**found, **{name: integer(least) for name, least in WIDENED.items()}}
+
+
+RANGES = ranges()
 FINITE = Allowed(is_finite, "a finite number")
 BY_TYPE = {int: integer(0), float: FINITE, str: TEXT, bool: FLAG, dict: RECORD}
 # What names a run's row and table: never empty.

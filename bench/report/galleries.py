@@ -78,6 +78,7 @@ def gallery_figure(
     `notes`: a line per query."""
     found = retrieved(embeddings, queries, k, gallery)
     right = frame_decisions(labels, queries, found)
+    searched = "test" if gallery is None else "gallery"
     rows = [
         [
             query_cell(images_of, labels, names, int(q), notes[row] if notes else ""),
@@ -87,45 +88,9 @@ def gallery_figure(
     ]
     return grid_figure(
         rows,
-        f"{title}\n{FRAMES.format(k=found.shape[1], searched=searched_name(gallery))}".strip(),
+        f"{title}\n{FRAMES.format(k=found.shape[1], searched=searched)}".strip(),
         [1.0] * (found.shape[1] + 1),
     )
-
-
-def searched_name(gallery: np.ndarray | None) -> str:
-    return "test" if gallery is None else "gallery"
-
-
-def side_by_side_figure(
-    images_of: ImagesOf,
-    embeddings: tuple[np.ndarray, np.ndarray],
-    labels: np.ndarray,
-    queries: np.ndarray,
-    k: int = 5,
-    run_names: tuple[str, str] = ("A", "B"),
-    names: Sequence[str] = (),
-    gallery: np.ndarray | None = None,
-    credits: str = "",
-) -> bytes:
-    """PNG: per query, run A's top-k (left) and run B's (right); an orange query frame and a
-    note where one run's top-1 is right and the other's wrong; `credits` under the title."""
-    found = [retrieved(emb, queries, k, gallery) for emb in embeddings]
-    right = [frame_decisions(labels, queries, f) for f in found]
-    notes = {(True, False): "top-1 right: left only", (False, True): "top-1 right: right only"}
-    rows = []
-    for row, q in enumerate(queries):
-        note = notes.get((bool(right[0][row, 0]), bool(right[1][row, 0])), "")
-        frame = DISAGREE_FRAME if note else QUERY_FRAME
-        left, other = (
-            answer_cells(images_of, labels, names, f[row], r[row])
-            for f, r in zip(found, right, strict=True)
-        )
-        rows.append(
-            [query_cell(images_of, labels, names, int(q), note, frame), *left, None, *other]
-        )
-    n = found[0].shape[1]
-    title = "\n".join(filter(None, (f"left: {run_names[0]}", f"right: {run_names[1]}", credits)))
-    return grid_figure(rows, title, [1.0] * (n + 1) + [SPACER] + [1.0] * n)
 
 
 def pair_errors_figure(
@@ -204,14 +169,31 @@ def comparison_figure(
     gallery: np.ndarray | None = None,
     credits: str = "",
 ) -> bytes:
-    """Two runs side by side on n fixed queries, their top-1 disagreements first (every test
-    item's top-1 searched by faiss on the CPU, or by torch on `device`; with a `gallery`, the
-    queries' in it); `credits` under the title."""
-    right = [top1_correct(emb, labels, device, gallery) for emb in embs]
-    queries = compare_queries(labels, *right, n, dataset, gallery)
-    return side_by_side_figure(
-        images_of, embs, labels, queries, k, run_names, names, gallery, credits
+    """PNG: two runs side by side on n fixed queries, their top-1 disagreements first (every
+    test item's top-1 searched by faiss on the CPU, or by torch on `device`; with a `gallery`,
+    the queries' in it): per query, run A's top-k (left) and run B's (right); an orange query
+    frame and a note where one run's top-1 is right and the other's wrong; `credits` under the
+    title."""
+    queries = compare_queries(
+        labels, *(top1_correct(emb, labels, device, gallery) for emb in embs), n, dataset, gallery
     )
+    found = [retrieved(emb, queries, k, gallery) for emb in embs]
+    right = [frame_decisions(labels, queries, f) for f in found]
+    notes = {(True, False): "top-1 right: left only", (False, True): "top-1 right: right only"}
+    rows = []
+    for row, q in enumerate(queries):
+        note = notes.get((bool(right[0][row, 0]), bool(right[1][row, 0])), "")
+        frame = DISAGREE_FRAME if note else QUERY_FRAME
+        left, other = (
+            answer_cells(images_of, labels, names, f[row], r[row])
+            for f, r in zip(found, right, strict=True)
+        )
+        rows.append(
+            [query_cell(images_of, labels, names, int(q), note, frame), *left, None, *other]
+        )
+    shown = found[0].shape[1]
+    title = "\n".join(filter(None, (f"left: {run_names[0]}", f"right: {run_names[1]}", credits)))
+    return grid_figure(rows, title, [1.0] * (shown + 1) + [SPACER] + [1.0] * shown)
 
 
 def pair_errors_of(

@@ -185,25 +185,23 @@ def cell_origins(widths: Sequence[float], rows: int) -> tuple[np.ndarray, np.nda
     return xs + MARGIN_PX, np.arange(rows + 1) * (CAPTION_PX + CELL_PX)
 
 
-def mosaic(rows: list[list[Cell | None]], widths: Sequence[float]) -> np.ndarray:
-    """One white canvas with every cell's framed thumbnail centred below its caption's room."""
-    xs, ys = cell_origins(widths, len(rows))
-    canvas = np.full((ys[-1], xs[-1] + MARGIN_PX, 3), 255, dtype=np.uint8)
-    for r, row in enumerate(rows):
-        for c, item in enumerate(row):
-            if item is not None:
-                h, w = item.image.shape[:2]
-                top = ys[r] + CAPTION_PX + (CELL_PX - h) // 2
-                left = xs[c] + (xs[c + 1] - xs[c] - w) // 2
-                canvas[top : top + h, left : left + w] = item.image
-    return canvas
-
-
 def grid_figure(rows: list[list[Cell | None]], title: str, widths: Sequence[float]) -> bytes:
     """PNG: a grid of framed thumbnails with a caption above each, drawn as one image at one
     figure pixel per image pixel (fast, and the frames keep their exact colours); None leaves a
     cell (or a spacer column) empty."""
-    canvas = mosaic(rows, widths)
+    xs, ys = cell_origins(widths, len(rows))
+    canvas = np.full((ys[-1], xs[-1] + MARGIN_PX, 3), 255, dtype=np.uint8)
+    # Each cell's framed thumbnail centred below its caption's room: (cell, its top, column).
+    placed = [
+        (item, ys[r] + CAPTION_PX + (CELL_PX - item.image.shape[0]) // 2, c)
+        for r, row in enumerate(rows)
+        for c, item in enumerate(row)
+        if item is not None
+    ]
+    for item, y, c in placed:
+        h, w = item.image.shape[:2]
+        left = xs[c] + (xs[c + 1] - xs[c] - w) // 2
+        canvas[y : y + h, left : left + w] = item.image
     height, width = canvas.shape[:2]
     lines = [part for line in title.splitlines() for part in textwrap.wrap(line, width // 6)]
     top = TITLE_PX * (len(lines) + 1)
@@ -211,22 +209,17 @@ def grid_figure(rows: list[list[Cell | None]], title: str, widths: Sequence[floa
     ax = fig.add_axes((0, 0, 1, height / (height + top)))
     ax.imshow(canvas, interpolation="none")
     ax.axis("off")
-    xs, ys = cell_origins(widths, len(rows))
-    for r, row in enumerate(rows):
-        for c, item in enumerate(row):
-            if item is not None:
-                centre = (xs[c] + xs[c + 1]) / 2
-                bottom = ys[r] + CAPTION_PX + (CELL_PX - item.image.shape[0]) // 2 - 2
-                ax.text(
-                    centre,
-                    bottom,
-                    item.caption,
-                    ha="center",
-                    va="bottom",
-                    fontsize=6,
-                    color=item.colour,
-                    linespacing=1.1,
-                )
+    for item, y, c in placed:
+        ax.text(
+            (xs[c] + xs[c + 1]) / 2,  # the column's centre
+            y - 2,
+            item.caption,
+            ha="center",
+            va="bottom",
+            fontsize=6,
+            color=item.colour,
+            linespacing=1.1,
+        )
     fig.text(0.5, 1 - 4 / (height + top), "\n".join(lines), ha="center", va="top", fontsize=8)
     return png_bytes(fig)
 

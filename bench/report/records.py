@@ -22,7 +22,7 @@ OPTIONAL_METRICS = ("nmi_best_of_5", *protocol_columns())
 IDENTITY = ("dataset", "protocol", "loss", "dims", "seed")  # what names a run's table and row
 
 
-def config_fault(run_dir: Path, metrics: dict | None = None) -> str:
+def config_fault(run_dir: Path, metrics: dict) -> str:
     """What makes a finished run's config.json unusable ('' where nothing): every version
     wrote one, and the settings metrics.json lacks come from it, so a run without it would
     take the defaults' settings (another row) without a word; those settings are checked as
@@ -37,16 +37,14 @@ def config_fault(run_dir: Path, metrics: dict | None = None) -> str:
     if not isinstance(config, dict):
         return f"{store.CONFIG} is not a JSON object"
     # a run is filed by metrics.json's identity: one its config.json contradicts is not sure
-    clash = [
-        k for k in IDENTITY if k in config and k in (metrics or {}) and config[k] != metrics[k]
-    ]
+    clash = [k for k in IDENTITY if k in config and k in metrics and config[k] != metrics[k]]
     if clash:
         k = clash[0]
         return (
             f"{store.CONFIG} and {store.METRICS} disagree on its {k} ({config[k]!r} and "
             f"{metrics[k]!r}): one was edited or replaced"
         )
-    read = {k: v for k, v in config.items() if k not in (metrics or {})}  # metrics.json's first
+    read = {k: v for k, v in config.items() if k not in metrics}  # metrics.json's first
     fault = field_fault(read, FROM_CONFIG)
     return f"{store.CONFIG} {fault}" if fault else ""
 

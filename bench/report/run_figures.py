@@ -82,10 +82,6 @@ def centre_history(part: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def read_pr(run_dir: Path, split: str) -> pd.DataFrame | None:
-    return saved_numbers(Path(run_dir) / f"pr_{split}.csv", ["precision", "recall", "threshold"])
-
-
 def first_seeds(part: pd.DataFrame) -> pd.DataFrame:
     """The trained run with the lowest seed of each name and size."""
     runs = trained_runs(part).sort_values(["name", "dims", "seed", "run"])
@@ -97,7 +93,8 @@ def pr_panels(part: pd.DataFrame) -> dict[str, dict[str, pd.DataFrame]]:
     panels: dict[str, dict[str, pd.DataFrame]] = {}
     for _, run in first_seeds(part).iterrows():
         for split in SPLITS:
-            curve = read_pr(run["path"], split)
+            path = Path(run["path"]) / f"pr_{split}.csv"
+            curve = saved_numbers(path, ["precision", "recall", "threshold"])
             if curve is not None:
                 label = f"{run['name']}, d{run['dims']}, seed {run['seed']}"
                 panels.setdefault(f"{split} pairs", {})[label] = curve

@@ -50,8 +50,9 @@ SETTINGS = tuple(
 )
 
 DEFAULTS = RunConfig()
-# A baseline's: what its inputs were made by, and pooled by (the untrained network's).
-INPUT_SETTINGS = ("resize", "crop", "crop_mode", "pooling")
+# A baseline's: what its inputs were made by (the settings that `applies` to the image pipeline
+# or the crop), and pooled by (the untrained network's).
+INPUT_SETTINGS = (*(f.name for f in fields(RunConfig) if f.metadata["applies"]), "pooling")
 
 
 def read_config(run_dir: Path) -> dict:

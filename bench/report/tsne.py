@@ -261,11 +261,9 @@ def joint_tsne(
     train_labels: np.ndarray,
     test: np.ndarray,
     test_labels: np.ndarray,
-    seed: int = 0,
-    perplexity: float = PERPLEXITY,
 ) -> bytes:
     """One t-SNE of the training and test embeddings together, drawn by joint_tsne_figure."""
-    layout = tsne_2d(np.concatenate([train, test]), seed=seed, perplexity=perplexity)
+    layout = tsne_2d(np.concatenate([train, test]))
     return joint_tsne_figure(layout, train_labels, test_labels)
 
 

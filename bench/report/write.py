@@ -75,29 +75,24 @@ TABLE_BUILDERS: tuple[Callable[[pd.DataFrame, str], Files], ...] = (
 def _build(
     name: str, runs: pd.DataFrame, builders: Sequence[Callable], left: PartsLeftOut, bar: tqdm
 ) -> Files:
+    """The builders' files of one table; one that cannot be drawn here, or fails, is named in
+    `left`."""
     files: Files = {}
     names = runs["name"].dropna().unique() if "name" in runs else ()
     with method_colours(names):
         for builder in builders:
-            _build_one(builder, name, runs, files, left, bar)
+            bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
+            try:
+                files.update(builder(runs, name))
+            except DamagedRun:
+                raise  # the table is built again without that run
+            except PartUnavailable as err:  # e.g. a gallery whose images are not on this machine
+                left.unavailable.append(f"{name}: {builder.__name__} left out ({err})")
+            except Exception as err:  # a file that no run can mend never stops the report
+                why = f"{type(err).__name__}: {err}"
+                left.failed.append(f"{name}: {builder.__name__} left out ({why})")
+            bar.update()
     return files
-
-
-def _build_one(
-    builder: Callable, name: str, runs: pd.DataFrame, files: Files, left: PartsLeftOut, bar: tqdm
-) -> None:
-    """One builder's files into `files`; one that cannot be drawn here, or fails, is named in
-    `left`."""
-    bar.set_postfix_str(f"{name}: {builder.__name__}")  # the part now built
-    try:
-        files.update(builder(runs, name))
-    except DamagedRun:
-        raise  # the table is built again without that run
-    except PartUnavailable as err:  # e.g. a gallery whose images are not on this machine
-        left.unavailable.append(f"{name}: {builder.__name__} left out ({err})")
-    except Exception as err:  # a file that no run can mend never stops the report
-        left.failed.append(f"{name}: {builder.__name__} left out ({type(err).__name__}: {err})")
-    bar.update()
 
 
 def building_bar(parts: int, file: TextIO | None = None) -> tqdm:
@@ -131,14 +126,14 @@ def build_groups(
     df: pd.DataFrame,
     builders: Sequence[Callable],
     problems: list[str],
-    left_out: dict[str, list[str]] | None = None,
+    left_out: dict[str, list[str]],
 ) -> tuple[dict[str, Files], PartsLeftOut]:
     """The files of each table, and across classify tables; a run with a damaged file is left
     out of every table it is in, named among the problems and under the table's title (with
     the runs already `left_out` by table), and the rest is built without it. With them, the
     parts left out: not drawable here, or failed."""
     tables = table_names(df)  # kept when a damaged run leaves a table its baselines alone
-    left_out = {table: list(lines) for table, lines in (left_out or {}).items()}
+    left_out = {table: list(lines) for table, lines in left_out.items()}
     with building_bar(part_count(tables, builders)) as bar:
         while True:
             found = PartsLeftOut([], [])

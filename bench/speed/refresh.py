@@ -10,14 +10,12 @@ training glyphs at 28x28 through small_cnn, 64 dims, k = 100.
 from __future__ import annotations
 
 import math
-import time
-from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from bench.speed.benchmarks import seconds_per_call
+from bench.speed.benchmarks import seconds_per_call, timed
 
 GLYPHS_PER_CLASS = 30  # as the default glyphs set
 CLUSTER_SIZE = 100  # bank points per synthetic class: a class's points fill a list of k = 100
@@ -87,13 +85,6 @@ def bank_embeddings(n: int, dims: int, seed: int = 0) -> np.ndarray:
     centres = rng.normal(size=(max(1, n // CLUSTER_SIZE), dims))
     labels = rng.integers(0, len(centres), n)
     return (centres[labels] + CLUSTER_SPREAD * rng.normal(size=(n, dims))).astype(np.float32)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """Seconds of one call, and its result (for searches too long to repeat)."""
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
 
 
 def ann_benchmark(

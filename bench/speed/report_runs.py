@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from itertools import product
 from pathlib import Path
@@ -28,6 +27,7 @@ from bench.data.names import FEATURES_PREFIX
 from bench.evaluation.health import embedding_health
 from bench.evaluation.metrics import evaluate
 from bench.runs import store
+from bench.speed.benchmarks import timed
 from bench.util.atomic import atomic_save_npz, atomic_write_json, atomic_write_text
 
 DATASET = f"{FEATURES_PREFIX}sweep"
@@ -216,9 +216,4 @@ def added_run_row(fewer: dict, more: dict) -> dict:
 
 def best_time(fn: Callable[[], object], repeats: int) -> float:
     """The least wall time of `repeats` calls."""
-    times = []
-    for _ in range(max(repeats, 1)):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(timed(fn)[0] for _ in range(max(repeats, 1)))
