@@ -331,12 +331,11 @@ def loader_paths(dataset: str, data_root: str | None, images: int, tmp: Path) ->
 
     if dataset == "synthetic":
         return synthetic_jpegs(tmp / "jpegs", count=images)
+    from bench.cli.options import click_errors
     from bench.data.datasets import default_data_root, read_table
 
-    try:
+    with click_errors():
         frame, _ = read_table(dataset, data_root or default_data_root())
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     return frame["path"].tolist()[:images]
 
 

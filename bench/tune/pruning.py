@@ -70,7 +70,7 @@ class ReportingTrainer(Trainer):
 
     def shared_validation(self, epoch: int) -> dict:
         val = super().shared_validation(epoch)
-        count_epoch(self.trial)
+        count_epochs(self.trial)
         self.best = max(self.best, val["score"])
         step = self.offset + epoch
         self.trial.report(self.best, step)
@@ -86,8 +86,10 @@ class ReportingTrainer(Trainer):
         return DEFAULT not in self.trial.user_attrs
 
 
-def count_epoch(trial: optuna.Trial) -> None:
-    trial.set_user_attr(EPOCHS_TRAINED, trial.user_attrs.get(EPOCHS_TRAINED, 0) + 1)
+def count_epochs(trial: optuna.Trial, epochs: int = 1, attr: str = EPOCHS_TRAINED) -> None:
+    """Add `epochs` to the trial's count `attr`: an epoch it trained, or (EPOCHS_REUSED) those
+    of a run of the trial found finished by an earlier study, read, not trained."""
+    trial.set_user_attr(attr, trial.user_attrs.get(attr, 0) + epochs)
 
 
 def epochs_trained(trials: list[FrozenTrial], attr: str = EPOCHS_TRAINED) -> int:
@@ -122,11 +124,6 @@ def retried_on_interrupt(objective: Callable[[optuna.Trial], float]):
             raise
 
     return run
-
-
-def count_reused(trial: optuna.Trial, epochs: int) -> None:
-    """A run of the trial found finished (by an earlier study): its epochs read, not trained."""
-    trial.set_user_attr(EPOCHS_REUSED, trial.user_attrs.get(EPOCHS_REUSED, 0) + epochs)
 
 
 def counts(trial: FrozenTrial) -> bool:
