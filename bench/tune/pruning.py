@@ -76,14 +76,12 @@ class ReportingTrainer(Trainer):
         self.trial.report(self.best, step)
         # Asked even for the default, which is never pruned: asking records its score at the
         # pruner's rung, where later trials are compared with it.
-        if step < self.steps and self.trial.should_prune() and self.prunable():
+        prunable = DEFAULT not in self.trial.user_attrs
+        if step < self.steps and self.trial.should_prune() and prunable:
             raise optuna.TrialPruned(
                 f"{self.name}: pruned after epoch {epoch} (validation {self.best:.4f})"
             )
         return val
-
-    def prunable(self) -> bool:
-        return DEFAULT not in self.trial.user_attrs
 
 
 def count_epochs(trial: optuna.Trial, epochs: int = 1, attr: str = EPOCHS_TRAINED) -> None:

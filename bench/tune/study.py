@@ -204,7 +204,8 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path, compute: Compute):
             trial.study.stop()
             raise skip(trial, "the study's trials are done or under way")
         params = suggest(trial, space)
-        if is_duplicate(trial, params):  # two workers drew one point: it counts once
+        # Two workers drew one point: it counts once.
+        if any(t.params == params for t in earlier(trial)):
             raise skip(trial, f"the same parameters as another trial: {params}")
         score = trial_score(trial_configs(setup, loss, params), trials_dir, compute, trial)
         log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
@@ -227,10 +228,6 @@ def epoch_budget_spent(trials: list[optuna.trial.FrozenTrial], setup: TuneSetup)
     return setup.epoch_budget is not None and epochs_trained(trials) >= setup.epoch_budget
 
 
-def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
-    return any(t.params == params for t in earlier(trial))
-
-
 def earlier(trial: optuna.Trial) -> list[optuna.trial.FrozenTrial]:
     """The study's trials numbered before `trial` that take a place (`pruning.counts`)."""
     found = trial.study.get_trials(deepcopy=False)
@@ -246,7 +243,8 @@ def tune_loss(
     study = open_study(setup, loss, storage_url)
     with storage_errors(storage_url):  # the server lost while the trials run
         while not study_done(study, setup):
-            log.info(f"{study.study_name}: {count_done(study)} of {setup.trials} trials done")
+            done = len(ended(study.get_trials(deepcopy=False)))  # took their place and ended
+            log.info(f"{study.study_name}: {done} of {setup.trials} trials done")
             if not places_taken(study, setup.trials):
                 trials_dir = Path(results) / "tune" / "trials"
                 stop = [stop_when_done(setup)]
@@ -255,11 +253,6 @@ def tune_loss(
             if not study_done(study, setup):  # its last trials under way, or left by a kill
                 wait_for_running(study, setup.grace_s)
     return study
-
-
-def count_done(study: optuna.Study) -> int:
-    """Trials that took their place and ended (`pruning.ended`)."""
-    return len(ended(study.get_trials(deepcopy=False)))
 
 
 def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
