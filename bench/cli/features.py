@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEVICE, EMOJI_HELP, POSITIVE
+from bench.cli.options import DEVICE, EMOJI_HELP, POSITIVE, check_out_writable, click_errors
 from bench.cli.settings import setting_option
 from bench.data.names import FEATURES_PREFIX
 from bench.models.choices import BACKBONES, check_backbone
-from bench.protocols import DEFAULT_PROTOCOL
+from bench.protocols import DEFAULT_PROTOCOL, Linear
+from bench.util.errors import first_line
 
 
 @click.command()
@@ -27,7 +28,7 @@ from bench.protocols import DEFAULT_PROTOCOL
 )
 @click.option(
     "--protocol",
-    type=click.Choice(["metric", "classify"]),
+    type=click.Choice(Linear.data_protocols),  # the protocols whose split `linear` fits on
     default=DEFAULT_PROTOCOL,
     show_default=True,
 )
@@ -67,7 +68,7 @@ def features(
     out = out or default_features_path(dataset, protocol, backbone, pretrained, **given)
     source = dict(dataset=dataset, protocol=protocol, backbone=backbone, pretrained=pretrained)
     source.update(given)
-    try:
+    with click_errors(ValueError, FileNotFoundError, RuntimeError, line=first_line):
         if out.exists() and not force:
             click.echo(skip_line(out, source))
             return
@@ -95,25 +96,10 @@ def features(
             resize=resize,
             crop=crop,
         )
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None
     write_features(out, *arrays, source=source)
     split = arrays[2]
     counts = ", ".join(f"{s} {int((split == s).sum())}" for s in ("train", "val", "test"))
     click.echo(f"{out}: {arrays[0].shape[1]}-d features of {len(split)} images ({counts})")
-
-
-def check_out_writable(out: Path) -> None:
-    """A one-line ValueError where no file can be written beside `out`."""
-    from bench.util.atomic import check_writable
-
-    try:
-        check_writable(out.parent)
-    except OSError as err:
-        raise ValueError(
-            f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
-            "a folder you can write"
-        ) from None
 
 
 def shown_source(source: dict) -> str:

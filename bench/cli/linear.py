@@ -14,7 +14,7 @@ from bench.cli.options import (
     dims_option,
     seed_option,
 )
-from bench.protocols import DEFAULT_PROTOCOL
+from bench.protocols import DEFAULT_PROTOCOL, Linear
 from bench.runs import store
 from bench.util.errors import first_line
 
@@ -31,7 +31,7 @@ SEED002_METHODS = "nml,linear-ml,pca,nca,lmnn,no-projection"
 @click.option("--dataset", default="digits", show_default=True, help="digits or features:PATH.npz.")
 @click.option(
     "--protocol",
-    type=click.Choice(["metric", "classify"]),
+    type=click.Choice(Linear.data_protocols),
     default=DEFAULT_PROTOCOL,
     show_default=True,
     help="digits' split: metric trains on 0-4 and tests on 5-9; classify (Sharma et al. 2015's own "

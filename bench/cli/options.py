@@ -194,6 +194,20 @@ NPROC = click.option(
 )
 
 
+def check_out_writable(out: Path) -> None:
+    """A one-line ValueError where no file can be written beside `out` (--out of `features`
+    and `pretrain`), checked before the work that the first write would lose."""
+    from bench.util.atomic import check_writable
+
+    try:
+        check_writable(out.parent)
+    except OSError as err:
+        raise ValueError(
+            f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
+            "a folder you can write"
+        ) from None
+
+
 def os_error_line(err: OSError) -> str:
     """One line for a failed file operation: the file, what went wrong, what to do."""
     if err.errno is None or err.filename is None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import DEVICE, POSITIVE, POSITIVE_FLOAT
+from bench.cli.options import DEVICE, POSITIVE, POSITIVE_FLOAT, check_out_writable, click_errors
 from bench.data.names import PRETRAIN_SOURCE
 from bench.models.choices import PRETRAIN_BACKBONES
+from bench.util.errors import first_line
 
 
 @click.command()
@@ -53,22 +54,12 @@ def pretrain(dataset, backbone, epochs, lr, batch_size, seed, out, force, device
         )
     from bench.cli.training import run_compute
     from bench.train.pretrain import PretrainConfig
-    from bench.util.atomic import check_writable
-
-    try:  # before training: the weights would be lost at the first write
-        check_writable(out.parent)
-    except OSError as err:
-        raise click.ClickException(
-            f"--out {out}: its folder cannot be written ({err.strerror or err}); give a path in "
-            "a folder you can write"
-        ) from None
     from bench.train.pretrain import pretrain as run_pretrain
 
     cfg = PretrainConfig(dataset, backbone, epochs, lr, batch_size, seed)
-    try:
+    with click_errors(ValueError, RuntimeError, line=first_line):
+        check_out_writable(out)  # before training: the weights would be lost at the first write
         record = run_pretrain(cfg, out, run_compute(device).device)  # resolved once, here
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(str(err).splitlines()[0]) from None
     accuracy = record["val_accuracy"][-1]
     click.echo(
         f"{out}: {record['label']}, held-out accuracy {accuracy:.3f} (sha256 "

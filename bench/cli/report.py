@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import RESULTS
+from bench.cli.options import RESULTS, click_errors
 
 
 @click.command()
@@ -31,24 +31,18 @@ from bench.cli.options import RESULTS
 )
 def report(results, out, reference, tsne):
     """Write comparison tables (markdown, CSV) and plots (PNG) from the finished runs."""
-    from bench.cli.options import os_error_line
     from bench.report.results_folder import check_results_exist
     from bench.util.progress import log
 
     out = out or Path(results) / "report"  # each results folder its own report
-    try:  # before pandas and the plotting libraries are imported: a typo is refused at once
+    # Before pandas and the plotting libraries are imported: a typo is refused at once.
+    with click_errors(line=untouched):
         check_results_exist(results)
-    except ValueError as err:
-        raise click.ClickException(f"{err}; nothing was written or removed") from None
     log.info(f"report: reading the runs in {results}")  # before the plotting libraries load
     from bench.report.write import write_report
 
-    try:
+    with click_errors(line=untouched):  # an OSError: the group's line (`os_error_line`)
         written, problems, removed, incomplete = write_report(results, out, reference, tsne)
-    except ValueError as err:
-        raise click.ClickException(f"{err}; nothing was written or removed") from None
-    except OSError as err:
-        raise click.ClickException(os_error_line(err)) from None
     for line in problems:
         click.echo(f"skipped {line}", err=True)
     for path in written:
@@ -57,6 +51,11 @@ def report(results, out, reference, tsne):
         click.echo(f"removed {path} (an earlier report's, not written now)")
     if incomplete:
         raise click.ClickException(incomplete_line(out, incomplete))
+
+
+def untouched(err: Exception) -> str:
+    """The line of a report refused before it wrote anything."""
+    return f"{err}; nothing was written or removed"
 
 
 def incomplete_line(out: Path, incomplete: list[str]) -> str:

@@ -180,11 +180,14 @@ def speed(
     import torch
 
     from bench.data.cache_times import usable_cpus
+    from bench.report.runs import load_runs
+    from bench.report.write import write_report
     from bench.speed import device_search
     from bench.speed.benchmarks import evaluator_benchmark, lifted_benchmark
     from bench.speed.loader import loader_benchmark
     from bench.speed.nngk_step import nngk_step_benchmark
     from bench.speed.refresh import ann_benchmark, refresh_benchmark
+    from bench.speed.report_runs import report_benchmark
     from bench.speed.scale import crossover_benchmark, scale_benchmark
 
     # Its affinity, not os.cpu_count(): in a container or a job's share of a machine, all of
@@ -221,7 +224,7 @@ def speed(
         ),
         "report": lambda: show(
             "report over generated runs vs reading their metrics.json (seconds)",
-            report_rows(report_runs),
+            report_benchmark(write_report, load_runs, count=report_runs),
         ),
         "start": lambda: show("command-line start (a fresh process, seconds)", start_times()),
     }
@@ -283,15 +286,6 @@ def train_step_rows(
         show(f"{title}, {workers} loader workers)", rows)
 
 
-def report_rows(count: int) -> list[dict]:
-    """`report` over `count` generated finished runs against reading their metrics.json."""
-    from bench.report.runs import load_runs
-    from bench.report.write import write_report
-    from bench.speed.report_runs import report_benchmark
-
-    return report_benchmark(write_report, load_runs, count=count)
-
-
 def chosen_benchmarks(only: str | None) -> list[str]:
     """The benchmarks of --only (all of them without it), in the order they run; a name that is
     none of them is a one-line error naming them."""
@@ -331,12 +325,11 @@ def loader_paths(dataset: str, data_root: str | None, images: int, tmp: Path) ->
 
     if dataset == "synthetic":
         return synthetic_jpegs(tmp / "jpegs", count=images)
+    from bench.cli.options import click_errors
     from bench.data.datasets import default_data_root, read_table
 
-    try:
+    with click_errors():
         frame, _ = read_table(dataset, data_root or default_data_root())
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     return frame["path"].tolist()[:images]
 
 

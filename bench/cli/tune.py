@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from bench.cli.dispatch import dispatch_from, dispatch_options, submit_runs, wait
-from bench.cli.options import DEVICE, POSITIVE, RESULTS, TUNE_DATASET, seed_option
+from bench.cli.options import DEVICE, POSITIVE, RESULTS, TUNE_DATASET, click_errors, seed_option
 from bench.cli.params import loss_param_option, name_values, params_for_each
 from bench.cli.settings import LOG, setting_options, settings_from
 from bench.runs.config import declared
@@ -105,13 +105,11 @@ def tune(
     from bench.data.names import check_dataset_name
 
     names = [name.strip() for name in losses.split(",") if name.strip()]
-    try:  # the names before torch is imported
+    with click_errors():  # the names before torch is imported
         for name in names:
             check_loss_name(name)
         check_dataset_name(dataset)
         check_tunable(dataset)
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     from bench.data.datasets import check_dataset
     from bench.tune.storage import check_kept
     from bench.tune.study import (
@@ -127,14 +125,12 @@ def tune(
         raise click.ClickException(
             f"--cross-validate trains a model per class fold: give --folds 2 or more, not {folds}"
         )
-    try:
+    with click_errors():
         check_dataset(dataset)  # a glyphs set's parameters
         held = held_settings(settings_from(jobs, HELD, dataset), dataset, names)
         for name in names:
             check_memory_taken(name, held.get("memory", 0))
         fixed = params_for_each(names, name_values(loss_param))
-    except ValueError as err:
-        raise click.ClickException(str(err)) from None
     fixed = {name: params for name, params in fixed.items() if params}
     setup = TuneSetup(
         dataset,
@@ -149,23 +145,23 @@ def tune(
         epoch_budget=epoch_budget,
     )
     url = storage or default_storage(results)
-    try:  # the URL, then each loss's trial runs on their data, before any study starts
+    # The URL, then each loss's trial runs on their data, before any study starts (RuntimeError:
+    # weights not at hand).
+    with click_errors(ValueError, RuntimeError, line=first_line):
         check_kept(url)
         check_trials(setup, names)
         setup = replace(setup, data=data_hash(dataset))
-    except (ValueError, RuntimeError) as err:  # RuntimeError: weights not at hand
-        raise click.ClickException(first_line(err)) from None
     from bench.cli.training import resumable_stops, run_compute
 
     # Where this process's trials train, resolved once, here. As jobs, each job resolves
     # --device where it runs (a login node may have no GPU): this process finds the study done.
     compute = run_compute(device if dispatch.executor == "none" else None)
     if dispatch.executor != "none":
-        for name in names:  # the database and studies exist before the workers start
-            try:
+        # The database and studies exist before the workers start (a ValueError: the URL, its
+        # driver or its server).
+        with click_errors(line=first_line):
+            for name in names:
                 open_study(setup, name, url)
-            except ValueError as err:  # the URL, its driver or its server
-                raise click.ClickException(first_line(err)) from None
         executor = dispatch.submitit_executor(results)
         workers = [
             executor.submit(tune_worker, setup, names, url, results, device)
@@ -222,11 +218,9 @@ def tuned_loss(
     best settings' runs to retrain."""
     from bench.tune.study import pruning_line, tune_loss, tuned_configs, write_summary
 
-    try:
+    with click_errors(ValueError, RuntimeError, line=first_line):
         study = tune_loss(setup, name, url, results, compute)
         folder = write_summary(study, setup, name, results)
-    except (ValueError, RuntimeError) as err:
-        raise click.ClickException(first_line(err)) from None
     click.echo(
         f"{study.study_name}: best validation {study.best_value:.4f} with "
         f"{study.best_trial.params} ({folder})"

@@ -70,24 +70,24 @@ class ReportingTrainer(Trainer):
 
     def shared_validation(self, epoch: int) -> dict:
         val = super().shared_validation(epoch)
-        count_epoch(self.trial)
+        count_epochs(self.trial)
         self.best = max(self.best, val["score"])
         step = self.offset + epoch
         self.trial.report(self.best, step)
         # Asked even for the default, which is never pruned: asking records its score at the
         # pruner's rung, where later trials are compared with it.
-        if step < self.steps and self.trial.should_prune() and self.prunable():
+        prunable = DEFAULT not in self.trial.user_attrs
+        if step < self.steps and self.trial.should_prune() and prunable:
             raise optuna.TrialPruned(
                 f"{self.name}: pruned after epoch {epoch} (validation {self.best:.4f})"
             )
         return val
 
-    def prunable(self) -> bool:
-        return DEFAULT not in self.trial.user_attrs
 
-
-def count_epoch(trial: optuna.Trial) -> None:
-    trial.set_user_attr(EPOCHS_TRAINED, trial.user_attrs.get(EPOCHS_TRAINED, 0) + 1)
+def count_epochs(trial: optuna.Trial, epochs: int = 1, attr: str = EPOCHS_TRAINED) -> None:
+    """Add `epochs` to the trial's count `attr`: an epoch it trained, or (EPOCHS_REUSED) those
+    of a run of the trial found finished by an earlier study, read, not trained."""
+    trial.set_user_attr(attr, trial.user_attrs.get(attr, 0) + epochs)
 
 
 def epochs_trained(trials: list[FrozenTrial], attr: str = EPOCHS_TRAINED) -> int:
@@ -122,11 +122,6 @@ def retried_on_interrupt(objective: Callable[[optuna.Trial], float]):
             raise
 
     return run
-
-
-def count_reused(trial: optuna.Trial, epochs: int) -> None:
-    """A run of the trial found finished (by an earlier study): its epochs read, not trained."""
-    trial.set_user_attr(EPOCHS_REUSED, trial.user_attrs.get(EPOCHS_REUSED, 0) + epochs)
 
 
 def counts(trial: FrozenTrial) -> bool:

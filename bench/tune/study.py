@@ -43,8 +43,9 @@ from bench.train.trainer import Trainer
 from bench.tune.budget import COMMON_SPACE, TuneSetup
 from bench.tune.pruning import (
     DEFAULT,
+    EPOCHS_REUSED,
     ReportingTrainer,
-    count_reused,
+    count_epochs,
     counts,
     ended,
     epochs_trained,
@@ -141,22 +142,28 @@ def suggest(trial: optuna.Trial, space: dict[str, tuple[str, float, float]]) -> 
     return values
 
 
-def split_params(params: dict) -> tuple[dict, dict]:
-    """(the run settings every loss searches, the loss's own parameters)."""
+def params_config(setup: TuneSetup, loss: str, params: dict, **given: Any) -> RunConfig:
+    """The loss's run with these searched parameters (the run settings every loss searches,
+    and its own, beside those held fixed), the settings held and `given` (a trial's epochs, a
+    retrained run's seed)."""
     common = {k: params[k] for k in COMMON_SPACE}
-    return common, {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    own = {k: v for k, v in params.items() if k not in COMMON_SPACE}
+    own = {**own, **setup.fixed.get(loss, {})}
+    (cfg,) = make_configs(
+        setup.dataset, loss, (setup.dims,), own, **given, **common, **setup.settings
+    )
+    return cfg
+
+
+def fold_splits(setup: TuneSetup) -> list[str]:
+    """The validation splits of the class folds: `classes:F/K`, each fold's classes held out."""
+    return [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
 
 
 def trial_configs(setup: TuneSetup, loss: str, params: dict) -> list[RunConfig]:
     """One run per class fold with these parameters and the tuning budget."""
-    common, own = split_params(params)
-    own = {**own, **setup.fixed.get(loss, {})}
-    (base,) = make_configs(
-        setup.dataset, loss, (setup.dims,), own, epochs=setup.epochs, **common, **setup.settings
-    )
-    base = replace(base, seed=setup.seed)
-    folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
-    splits = folds if setup.folds > 1 else ["classes"]
+    base = replace(params_config(setup, loss, params, epochs=setup.epochs), seed=setup.seed)
+    splits = fold_splits(setup) if setup.folds > 1 else ["classes"]
     return with_data_identity([replace(base, val_split=split) for split in splits])
 
 
@@ -175,7 +182,7 @@ def trial_score(
             if store.is_finished(run_dir):
                 metrics = store.read_metrics(run_dir)
                 if trial is not None:
-                    count_reused(trial, cfg.epochs)
+                    count_epochs(trial, cfg.epochs, EPOCHS_REUSED)
             elif trial is None:
                 metrics = Trainer(cfg, run_dir, compute).fit(test=False)
             else:
@@ -197,7 +204,8 @@ def objective(setup: TuneSetup, loss: str, trials_dir: Path, compute: Compute):
             trial.study.stop()
             raise skip(trial, "the study's trials are done or under way")
         params = suggest(trial, space)
-        if is_duplicate(trial, params):  # two workers drew one point: it counts once
+        # Two workers drew one point: it counts once.
+        if any(t.params == params for t in earlier(trial)):
             raise skip(trial, f"the same parameters as another trial: {params}")
         score = trial_score(trial_configs(setup, loss, params), trials_dir, compute, trial)
         log.info(f"{trial.study.study_name}: trial {trial.number} validation {score:.4f}")
@@ -220,10 +228,6 @@ def epoch_budget_spent(trials: list[optuna.trial.FrozenTrial], setup: TuneSetup)
     return setup.epoch_budget is not None and epochs_trained(trials) >= setup.epoch_budget
 
 
-def is_duplicate(trial: optuna.Trial, params: dict) -> bool:
-    return any(t.params == params for t in earlier(trial))
-
-
 def earlier(trial: optuna.Trial) -> list[optuna.trial.FrozenTrial]:
     """The study's trials numbered before `trial` that take a place (`pruning.counts`)."""
     found = trial.study.get_trials(deepcopy=False)
@@ -239,7 +243,8 @@ def tune_loss(
     study = open_study(setup, loss, storage_url)
     with storage_errors(storage_url):  # the server lost while the trials run
         while not study_done(study, setup):
-            log.info(f"{study.study_name}: {count_done(study)} of {setup.trials} trials done")
+            done = len(ended(study.get_trials(deepcopy=False)))  # took their place and ended
+            log.info(f"{study.study_name}: {done} of {setup.trials} trials done")
             if not places_taken(study, setup.trials):
                 trials_dir = Path(results) / "tune" / "trials"
                 stop = [stop_when_done(setup)]
@@ -248,15 +253,6 @@ def tune_loss(
             if not study_done(study, setup):  # its last trials under way, or left by a kill
                 wait_for_running(study, setup.grace_s)
     return study
-
-
-def count_complete(study: optuna.Study) -> int:
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
-
-
-def count_done(study: optuna.Study) -> int:
-    """Trials that took their place and ended (`pruning.ended`)."""
-    return len(ended(study.get_trials(deepcopy=False)))
 
 
 def study_done(study: optuna.Study, setup: TuneSetup) -> bool:
@@ -294,7 +290,7 @@ def write_summary(study: optuna.Study, setup: TuneSetup, loss: str, results: Pat
         "best_value": study.best_value,
         "best_params": best_params(study),
         "fixed_params": setup.fixed.get(loss, {}),  # tune --loss-param: held, not searched
-        "trials": count_complete(study),
+        "trials": len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))),
         "pruning": savings(study.get_trials(deepcopy=False), setup.steps),
     }
     atomic_write_json(out / "best.json", record)
@@ -337,24 +333,12 @@ def tuned_configs(
     epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table.
     `cross_validate`: once per seed and class fold instead, each fold's validation classes
     held out (Musgrave et al. 2020's final models; report's `<table>-tuned-folds`)."""
-    common, own = split_params(best_params(study))
-    own = {**own, **setup.fixed.get(loss, {})}
     configs = []
     for seed in seeds:
-        (cfg,) = make_configs(
-            setup.dataset,
-            loss,
-            (setup.dims,),
-            own,
-            seed=seed,
-            epochs=epochs,
-            **common,
-            **setup.settings,
-        )
+        cfg = params_config(setup, loss, best_params(study), seed=seed, epochs=epochs)
         cfg = replace(cfg, preset="tuned", tuned=study.study_name)
         if not cross_validate:
             configs.append(cfg)
             continue
-        folds = [f"classes:{f}/{setup.folds}" for f in range(setup.folds)]
-        configs += [replace(cfg, val_split=split) for split in folds]
+        configs += [replace(cfg, val_split=split) for split in fold_splits(setup)]
     return configs
