@@ -45,31 +45,26 @@ def note(name: str, progress: dict, warnings: list[str]) -> None:
             kept.append(text)
 
 
-def tested_summary(run: Any, progress: dict) -> dict:
-    """What a tested run's metrics.json records of its settings and its training."""
-    return run_summary(
-        run.cfg,
-        best_epoch=progress["best"]["epoch"],
-        optimizer=run.optimizer_text(),
-        weights=run.weights,
-        untrained_network=progress["untrained_network"],
-        loss_params={**loss_defaults(run.cfg.loss), **run.cfg.loss_params},
-        input_size=input_size(run.data),
-        sampler=sampler_text(run.cfg, run.loss, run.data),
-        split_counts=split_counts(run.data),
-        processes=run.ranks.world,
-    )
-
-
-def write_validation(run: Any, progress: dict) -> dict:
-    """A tuning trial's metrics.json: its best validation score and its settings."""
+def trained_summary(run: Any, progress: dict) -> dict:
+    """What a trained run's metrics.json records of its settings and its training; a tested
+    run's (not a tuning trial's) with its untrained network's metrics, the loss's parameters
+    as resolved, its inputs, sampler, splits and processes."""
     summary = run_summary(
         run.cfg,
         best_epoch=progress["best"]["epoch"],
         optimizer=run.optimizer_text(),
         weights=run.weights,
     )
-    return write_metrics(run, progress, summary)
+    if run.testing:
+        summary.update(
+            untrained_network=progress["untrained_network"],
+            loss_params={**loss_defaults(run.cfg.loss), **run.cfg.loss_params},
+            input_size=input_size(run.data),
+            sampler=sampler_text(run.cfg, run.loss, run.data),
+            split_counts=split_counts(run.data),
+            processes=run.ranks.world,
+        )
+    return summary
 
 
 def write_metrics(run: Any, progress: dict, metrics: dict) -> dict:
