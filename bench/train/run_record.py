@@ -14,7 +14,7 @@ import torch
 
 from bench.runs import store
 from bench.train.baseline import run_summary
-from bench.train.guards import ending_warnings
+from bench.train.guards import below_init, loss_trend
 from bench.train.loaders import input_size, sampler_text, split_counts
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
@@ -69,12 +69,13 @@ def trained_summary(run: Any, progress: dict) -> dict:
 
 def write_metrics(run: Any, progress: dict, metrics: dict) -> dict:
     """metrics.json, written last: `metrics` with how training went (the validation score
-    of the chosen epoch, where it diverged, the loss's trend, the warnings)."""
+    of the chosen epoch, where it diverged, the loss's trend, the warnings: the loss's, and
+    one where its test ended below its untrained network's)."""
     metrics["val_score"] = progress["best"]["score"]
     if "diverged" in progress:
         metrics["diverged"] = progress["diverged"]
-    trend, warnings = ending_warnings(progress, metrics, run.cfg.lr)
-    note(run.name, progress, warnings)
+    trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
+    note(run.name, progress, warnings + below_init(metrics, run.cfg.lr))
     metrics.update(trend)
     metrics["warnings"] = progress.get("warnings", [])
     run.writes.wait()  # the last checkpoint on disk (or its error) before the run is done
