@@ -8,6 +8,7 @@ import bench.models.embed as embed_module
 import bench.train.trainer as trainer_module
 from bench.train.compute import Compute
 from bench.train.presets import make_configs
+from bench.train.run_evaluation import searched_test
 from bench.train.untrained import CACHE, UntrainedCache, network_key, untrained_metrics
 
 DATA = "glyphs:classes=10,instances=12"
@@ -36,7 +37,7 @@ def test_runs_of_one_network_embed_the_test_split_once(tmp_path, monkeypatch):
     starts = [run.start_or_resume()["untrained_network"] for run in runs]
     assert len([split for split in embedded if any(split is r.data.test for r in runs)]) == 1
     for run, start in zip(runs, starts, strict=True):
-        assert start == run.test(clustering="none")[0]  # each run's own, to the bit
+        assert start == searched_test(run, clustering="none")[0]  # each run's own, to the bit
     assert starts[1] == starts[2] and starts[0] != starts[1]
 
 

@@ -127,13 +127,6 @@ def loss_trend(history: list[dict], steps: dict | None = None) -> tuple[dict, li
     return {"train_loss_change": change}, warnings
 
 
-def ending_warnings(progress: dict, metrics: dict, lr: float) -> tuple[dict, list[str]]:
-    """How the run ended: the training loss's trend and its warnings (`loss_trend`), and a
-    warning where its test ended below its own network before training (`below_init`)."""
-    trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
-    return trend, warnings + below_init(metrics, lr)
-
-
 def below_init(metrics: dict, lr: float) -> list[str]:
     """A warning where the test MAP@R ended below the run's untrained network's (the report's
     'MAP@R at init'): training made the embedding worse than the random start, as a learning

@@ -58,7 +58,7 @@ def checkpoint_metrics(run: Any, epoch: int) -> dict:
     and its training split's embeddings, kept in the run folder; R@K and MAP@R on the
     training split beside the test's, as `train_*`: how far test falls from it (Liu et al.
     2019, Table 1)."""
-    metrics, emb, labels, scores = run.test(write_tables=True)
+    metrics, emb, labels, scores = searched_test(run, write_tables=True)
     metrics.update(embedding_health(emb, labels, run.cfg.seed, device=run.compute.search))
     run.run_log.test(metrics, epoch)
     store.save_test_embeddings(run.run_dir, emb, labels, scores, query_flags(run.data.test))

@@ -14,7 +14,7 @@ import torch
 
 from bench.runs import store
 from bench.train.baseline import run_summary
-from bench.train.guards import ending_warnings
+from bench.train.guards import below_init, loss_trend
 from bench.train.loaders import input_size, sampler_text, split_counts
 from bench.util.atomic import atomic_write_json
 from bench.util.progress import log
@@ -45,41 +45,37 @@ def note(name: str, progress: dict, warnings: list[str]) -> None:
             kept.append(text)
 
 
-def tested_summary(run: Any, progress: dict) -> dict:
-    """What a tested run's metrics.json records of its settings and its training."""
-    return run_summary(
-        run.cfg,
-        best_epoch=progress["best"]["epoch"],
-        optimizer=run.optimizer_text(),
-        weights=run.weights,
-        untrained_network=progress["untrained_network"],
-        loss_params={**loss_defaults(run.cfg.loss), **run.cfg.loss_params},
-        input_size=input_size(run.data),
-        sampler=sampler_text(run.cfg, run.loss, run.data),
-        split_counts=split_counts(run.data),
-        processes=run.ranks.world,
-    )
-
-
-def write_validation(run: Any, progress: dict) -> dict:
-    """A tuning trial's metrics.json: its best validation score and its settings."""
+def trained_summary(run: Any, progress: dict) -> dict:
+    """What a trained run's metrics.json records of its settings and its training; a tested
+    run's (not a tuning trial's) with its untrained network's metrics, the loss's parameters
+    as resolved, its inputs, sampler, splits and processes."""
     summary = run_summary(
         run.cfg,
         best_epoch=progress["best"]["epoch"],
         optimizer=run.optimizer_text(),
         weights=run.weights,
     )
-    return write_metrics(run, progress, summary)
+    if run.testing:
+        summary.update(
+            untrained_network=progress["untrained_network"],
+            loss_params={**loss_defaults(run.cfg.loss), **run.cfg.loss_params},
+            input_size=input_size(run.data),
+            sampler=sampler_text(run.cfg, run.loss, run.data),
+            split_counts=split_counts(run.data),
+            processes=run.ranks.world,
+        )
+    return summary
 
 
 def write_metrics(run: Any, progress: dict, metrics: dict) -> dict:
     """metrics.json, written last: `metrics` with how training went (the validation score
-    of the chosen epoch, where it diverged, the loss's trend, the warnings)."""
+    of the chosen epoch, where it diverged, the loss's trend, the warnings: the loss's, and
+    one where its test ended below its untrained network's)."""
     metrics["val_score"] = progress["best"]["score"]
     if "diverged" in progress:
         metrics["diverged"] = progress["diverged"]
-    trend, warnings = ending_warnings(progress, metrics, run.cfg.lr)
-    note(run.name, progress, warnings)
+    trend, warnings = loss_trend(progress["history"], progress.get("step_losses"))
+    note(run.name, progress, warnings + below_init(metrics, run.cfg.lr))
     metrics.update(trend)
     metrics["warnings"] = progress.get("warnings", [])
     run.writes.wait()  # the last checkpoint on disk (or its error) before the run is done

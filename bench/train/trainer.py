@@ -12,7 +12,6 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from bench.data.recall_ks import recall_ks
-from bench.evaluation.metrics import Scores
 from bench.models.embed import embed, embedding_loader
 from bench.models.embedding import build_model
 from bench.protocols import get_protocol
@@ -43,14 +42,8 @@ from bench.train.optimizers import make_optimizer, optimizer_text
 from bench.train.precision import Precision
 from bench.train.preflight import check_run
 from bench.train.recipes import Recipe
-from bench.train.run_evaluation import checkpoint_metrics, searched_test, validation_metrics
-from bench.train.run_record import (
-    config_record,
-    note,
-    tested_summary,
-    write_metrics,
-    write_validation,
-)
+from bench.train.run_evaluation import checkpoint_metrics, validation_metrics
+from bench.train.run_record import config_record, note, trained_summary, write_metrics
 from bench.train.tracking import RunLog, open_run_log
 from bench.train.untrained import untrained_metrics
 from bench.util.atomic import atomic_write_json, background_writes
@@ -174,12 +167,6 @@ class Trainer:
         """`run_evaluation.validation_metrics`: with `score`, to select the checkpoint by."""
         return validation_metrics(self, epoch)
 
-    def test(
-        self, write_tables: bool = False, clustering: str = ""
-    ) -> tuple[dict, np.ndarray, np.ndarray, Scores]:
-        """`run_evaluation.searched_test`: the metrics, embeddings, labels and query scores."""
-        return searched_test(self, write_tables, clustering)
-
     def start_or_resume(self) -> dict:
         """The progress so far: from the last checkpoint, or a fresh start."""
         ckpt_path = self.run_dir / store.CHECKPOINT
@@ -269,11 +256,12 @@ class Trainer:
         return decided_by_main(lambda: self.validate(epoch), self.ranks, Diverged)
 
     def conclude(self, progress: dict) -> dict:
-        """The run's metrics.json: tested (`finish`), or a tuning trial's validation score;
-        written by the first process, which the others wait for."""
+        """The run's metrics.json (`run_record.write_metrics`): tested (`finish`), or a tuning
+        trial's validation score; written by the first process, which the others wait for."""
         metrics = {}
         if self.ranks.main:
-            metrics = self.finish(progress) if self.testing else write_validation(self, progress)
+            metrics = self.finish(progress) if self.testing else trained_summary(self, progress)
+            metrics = write_metrics(self, progress, metrics)
         wait_for_main(self.ranks)
         return metrics
 
@@ -293,12 +281,11 @@ class Trainer:
         return self.conclude(progress)
 
     def finish(self, progress: dict) -> dict:
-        """The chosen checkpoint tested (`run_evaluation.checkpoint_metrics`), its metrics.json
-        written with the run's settings and how its training went."""
+        """The chosen checkpoint tested (`run_evaluation.checkpoint_metrics`), with the run's
+        settings (`run_record.trained_summary`)."""
         best = progress["best"]
         log.info(f"{self.name}: testing the checkpoint of epoch {best['epoch']}")
         if best["model"] is not None:
             self.model.load_state_dict(best["model"])
         metrics = checkpoint_metrics(self, best["epoch"])
-        metrics.update(tested_summary(self, progress))
-        return write_metrics(self, progress, metrics)
+        return {**metrics, **trained_summary(self, progress)}

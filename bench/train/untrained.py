@@ -17,7 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from bench.train.run_evaluation import scored_test
+from bench.train.run_evaluation import scored_test, searched_test
 from bench.util.progress import log
 
 # Settings that change how a run trains, never what its untrained network embeds or how its
@@ -69,10 +69,10 @@ def network_key(run: Any) -> str:
 
 
 def untrained_metrics(run: Any, cache: UntrainedCache = CACHE) -> dict:
-    """The test metrics of `run`'s network as it is (before any training), as `run.test`
+    """The test metrics of `run`'s network as it is (before any training), as `searched_test`
     with clustering none computes them; shared through `cache` where that gives the same."""
     if run.evaluations:  # they may read the loss: not shared
-        return run.test(clustering="none")[0]
+        return searched_test(run, clustering="none")[0]
     key = network_key(run)
     # scored as the run scores: normalised or not, by its search (faiss, or torch on a device)
     scoring = (bool(run.loss.normalize_embeddings), str(run.compute.search), tuple(run.ks))
