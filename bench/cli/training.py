@@ -148,13 +148,15 @@ def given_loss_params(run_dir: Path) -> dict:
 def train_all(configs: list, results: Path, force: bool, compute: Compute) -> list[str]:
     """Every run checked, then the baseline of the first one's data set and every run (all
     processes together under torchrun), each given `compute`; the runs that diverged."""
+    from bench.data.sources.folder import check_outside_data
     from bench.train.baseline import run_baseline
     from bench.train.distributed import ranks_from_env
-    from bench.train.preflight import check_results_outside_data, check_runs
+    from bench.train.preflight import check_runs
     from bench.train.trainer import Trainer
 
     ranks = ranks_from_env(compute.device)
-    check_results_outside_data(configs, results)
+    # nothing written into a folder: data set's images, where it would be read as a class
+    check_outside_data(results, [c.dataset for c in configs], "--results")
     configs = identified(configs)
     if ranks.world == 1:  # what it does from the start: the checks load the data
         log.info(f"{len(configs)} run(s) into {results}; first the data set's baseline")

@@ -5,14 +5,12 @@ scored. Each fault is a one-line ValueError naming what to change."""
 from __future__ import annotations
 
 from dataclasses import fields
-from pathlib import Path
 
 import numpy as np
 
 from bench.data.datasets import DataSplits
 from bench.data.glyphs import GlyphSpec
 from bench.data.names import FEATURES_PREFIX, is_glyphs
-from bench.data.sources.folder import check_outside_data
 from bench.models.backbones import check_backbone_weights
 from bench.models.choices import VECTOR_BACKBONES
 from bench.protocols import get_protocol
@@ -25,7 +23,8 @@ from losses import get_loss_class, is_loss
 from losses.registry import check_memory_taken
 
 # The settings a run's splits depend on: runs that share them share their data. The image
-# pipeline's are those declared as applying to it (`bench.runs.config.APPLIES`).
+# pipeline's are those whose declaration applies to it (`setting`'s `applies` in
+# bench.runs.config).
 DATA_SETTINGS = (
     "dataset",
     "protocol",
@@ -77,13 +76,6 @@ def check_weights_unseen(pretrained: str, dataset: str) -> None:
         f"unseen; pretrain on other classes (nngk-bench pretrain --dataset "
         f"glyphs:first={own.stop},classes={last - first + 1})"
     )
-
-
-def check_results_outside_data(configs: list[RunConfig], results: Path) -> None:
-    """A one-line ValueError where the results folder lies inside a run's image folder (run
-    from inside it): the runs and the report would be written into the user's data, and the
-    next run would read the report's images as one more class."""
-    check_outside_data(results, [c.dataset for c in configs], "--results")
 
 
 def check_run(cfg: RunConfig, data: DataSplits, world: int = 1) -> None:
