@@ -3,20 +3,17 @@
 the declarations moved there (issue 67), and a choice list the command line cannot import
 (its module imports torch or faiss) is the one its module reads."""
 
-from typing import get_args, get_type_hints
-
 import click
 import pytest
 
 from bench.cli.run import run
-from bench.runs.config import RunConfig
+from bench.runs.config import RunConfig, declared_values
 from bench.runs.values import Bounds, OneOf
 
 
 def declared(name: str):
     """What the field `name` declares beyond its type (`Bounds` or `OneOf`), else None."""
-    found = get_args(get_type_hints(RunConfig, include_extras=True)[name])[1:]
-    return found[0] if found else None
+    return declared_values(name)[1]
 
 
 def given(option: str, value: str):

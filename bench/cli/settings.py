@@ -7,7 +7,7 @@ except where no preset sets the field (`DEFAULT_SHOWN`): the field's default."""
 from __future__ import annotations
 
 from dataclasses import Field, asdict, fields
-from typing import Annotated, Any, Callable, get_args, get_origin, get_type_hints
+from typing import Any, Callable
 
 import click
 from click.core import ParameterSource
@@ -17,7 +17,7 @@ from bench.data.crop_area import parse_crop_scale
 from bench.data.names import resizes_images
 from bench.data.splits import PROTOCOLS, check_val_split_name
 from bench.models.choices import BACKBONES, EMBEDDINGS, POOLINGS, check_backbone, is_timm
-from bench.runs.config import RunConfig, canonical_preset
+from bench.runs.config import RunConfig, canonical_preset, declared_values
 from bench.runs.values import OneOf
 from bench.train.choices import OPTIMIZER_NAMES, PRECISIONS, PRESET_NAMES, parse_schedule
 from bench.train.tracking import LOG_KINDS, require
@@ -109,10 +109,9 @@ def setting_option(name: str) -> Callable:
 def declared_type(name: str) -> Any:
     """The type a setting's field declares (int, float, str, bool), as click's type within its
     `Bounds` (a float finite too) or `OneOf` where the field's type is annotated with them."""
-    hint = get_type_hints(RunConfig, include_extras=True)[name]
-    if get_origin(hint) is not Annotated:
-        return hint
-    kind, values = get_args(hint)
+    kind, values = declared_values(name)
+    if values is None:
+        return kind
     if isinstance(values, OneOf):
         return click.Choice(values.words)
     return (click.IntRange if kind is int else FiniteFloat)(**asdict(values))

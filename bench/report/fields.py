@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import get_type_hints
 
 from bench.evaluation.health import HEALTH_KEYS
-from bench.runs.config import NOT_HASHED, RunConfig
+from bench.runs.config import NOT_HASHED, RunConfig, declared_values
 from bench.runs.values import Bounds
 
 # A size or seed is at most this: faiss takes a dimension, numpy's legacy generator a seed, as
@@ -89,12 +89,11 @@ WIDENED = {"epochs": 0, "train_per_class": 0, "batch_size": 1, "dims": 1, "seed"
 def ranges() -> dict[str, Allowed]:
     """The bounded settings a run's record names (their field's `Bounds`) and `WIDENED`'s, and
     what each allows."""
-    hints = get_type_hints(RunConfig, include_extras=True)
     found = {}
-    for name, hint in ((k, h) for k, h in hints.items() if k not in NOT_HASHED):
-        bounds = next((b for b in getattr(hint, "__metadata__", ()) if isinstance(b, Bounds)), None)
-        if bounds is not None:
-            found[name] = integer(int(bounds.min)) if hint.__origin__ is int else within(bounds)
+    for name in (f.name for f in fields(RunConfig) if f.name not in NOT_HASHED):
+        kind, bounds = declared_values(name)
+        if isinstance(bounds, Bounds):
+            found[name] = integer(int(bounds.min)) if kind is int else within(bounds)
     return {**found, **{name: integer(least) for name, least in WIDENED.items()}}
 
 

@@ -7,12 +7,13 @@ set otherwise (`--dataset`, `--dims`, `--seed`, `--loss-param`, or from the data
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args, get_origin, get_type_hints
 
 from bench.protocols import shown_protocol
 from bench.runs.values import Bounds, NonNegativeFloat, NonNegativeInt, OneOf, PositiveInt
@@ -340,6 +341,24 @@ class RunConfig:
 def declared(flag: str) -> tuple[str, ...]:
     """The settings declared with `flag` (if_set, held, recipe), in RunConfig's order."""
     return tuple(f.name for f in fields(RunConfig) if f.metadata.get(flag))
+
+
+@functools.cache
+def _type_hints() -> dict[str, Any]:
+    """RunConfig's field types, their `Annotated` extras kept (read once: every option and
+    every range of a record asks)."""
+    return get_type_hints(RunConfig, include_extras=True)
+
+
+def declared_values(name: str) -> tuple[type, Bounds | OneOf | None]:
+    """The setting's plain type (int, float, str, bool) and what its field's type declares
+    beyond it (`Bounds`, `OneOf`: bench/runs/values.py), None where nothing: what `run` takes
+    as its option, and what the report accepts of a recorded value."""
+    hint = _type_hints()[name]
+    if get_origin(hint) is not Annotated:
+        return hint, None
+    kind, values = get_args(hint)
+    return kind, values
 
 
 # The settings hashed only where set (`setting`'s if_set), with the default they are unset at.
