@@ -333,9 +333,9 @@ def tuned_configs(
     epochs unless `epochs`) once per seed, each tested once; report's `<table>-tuned` table.
     `cross_validate`: once per seed and class fold instead, each fold's validation classes
     held out (Musgrave et al. 2020's final models; report's `<table>-tuned-folds`)."""
-    configs = []
+    configs, best = [], best_params(study)  # the study's best trial, read from its storage once
     for seed in seeds:
-        cfg = params_config(setup, loss, best_params(study), seed=seed, epochs=epochs)
+        cfg = params_config(setup, loss, best, seed=seed, epochs=epochs)
         cfg = replace(cfg, preset="tuned", tuned=study.study_name)
         if not cross_validate:
             configs.append(cfg)
