@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from bench.cli.options import NON_NEGATIVE
+from bench.cli.options import NON_NEGATIVE, click_errors
 from bench.cli.run_wall import RUN_WALL_PER_CLASS
 
 BENCHMARKS = (
@@ -325,7 +325,6 @@ def loader_paths(dataset: str, data_root: str | None, images: int, tmp: Path) ->
 
     if dataset == "synthetic":
         return synthetic_jpegs(tmp / "jpegs", count=images)
-    from bench.cli.options import click_errors
     from bench.data.datasets import default_data_root, read_table
 
     with click_errors():
